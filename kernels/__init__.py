@@ -1,0 +1,1 @@
+"""Triton kernels with PyTorch references (issue: kernels)."""

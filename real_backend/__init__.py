@@ -1,0 +1,1 @@
+"""Real backend: model runner, paged KV cache, decoders, zoo (issue: the real backend)."""

@@ -1,0 +1,82 @@
+"""One record format for both backends: requests, steps, and emission spans.
+
+Emissions are stored as *spans*: a row says that a request emitted `tokens_per_step` tokens
+at the end of each of the consecutive steps `first_step..last_step` of one replica. Vanilla
+decoding then needs one row per uninterrupted decode stretch instead of one per token (a
+million-request run stays practical); a decoder that emits a varying number of tokens per
+step writes one row per step. An emission's time is its step's `start_s + duration_s`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+REQUEST_STATUSES = ("finished", "unfinished")
+
+
+@dataclass
+class RequestRecords:
+    request_id: np.ndarray  # (n,) int64
+    replica: np.ndarray  # (n,) int32
+    arrival_s: np.ndarray  # (n,) float64
+    first_token_s: np.ndarray  # (n,) float64, NaN if no token was emitted
+    finish_s: np.ndarray  # (n,) float64, NaN if unfinished
+    prompt_tokens: np.ndarray  # (n,) int64
+    output_tokens: np.ndarray  # (n,) int64: tokens actually emitted
+    preemptions: np.ndarray  # (n,) int32
+    status: np.ndarray  # (n,) object: one of REQUEST_STATUSES
+
+
+@dataclass
+class StepRecords:
+    replica: np.ndarray  # (s,) int32
+    step: np.ndarray  # (s,) int64: per-replica step index, from 0
+    start_s: np.ndarray  # (s,) float64
+    duration_s: np.ndarray  # (s,) float64
+    batch_size: np.ndarray  # (s,) int32: sequences in the step
+    prefill_tokens: np.ndarray  # (s,) int64
+    decode_tokens: np.ndarray  # (s,) int64
+    kv_blocks_used: np.ndarray  # (s,) int64: after the step's allocation
+    emitted_tokens: np.ndarray  # (s,) int64: tokens emitted at the end of the step
+    drafted_tokens: np.ndarray  # (s,) int64: speculative decoders; 0 for vanilla
+    accepted_tokens: np.ndarray  # (s,) int64: speculative decoders; 0 for vanilla
+
+
+@dataclass
+class EmissionSpans:
+    request_id: np.ndarray  # (e,) int64
+    replica: np.ndarray  # (e,) int32
+    first_step: np.ndarray  # (e,) int64
+    last_step: np.ndarray  # (e,) int64 (inclusive)
+    tokens_per_step: np.ndarray  # (e,) int32
+
+
+@dataclass
+class RunRecords:
+    """Everything a backend returns; the store writes it in one transaction."""
+
+    requests: RequestRecords
+    steps: StepRecords
+    emissions: EmissionSpans
+    info: dict[str, str] = field(default_factory=dict)  # backend facts: device, versions...
+
+
+@dataclass
+class RunMeta:
+    """One row of the `runs` table."""
+
+    run_id: str
+    scenario_name: str
+    scenario_hash: str  # Scenario.config_hash() of the effective (point) scenario
+    config_json: str  # Scenario.config_json(): the full effective config
+    backend: str  # "sim" | "real"
+    decoder: str  # decoder kind
+    scheduler: str  # scheduler kind
+    seed: int
+    versions: dict[str, str]  # package versions (workbench, numpy, simpy, duckdb, torch...)
+    git_sha: str | None
+    started_at: float  # unix time, seconds
+    finished_at: float  # unix time, seconds
+    sweep_point: str | None = None  # JSON {dotted.path: value} when part of a sweep

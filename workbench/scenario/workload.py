@@ -1,0 +1,155 @@
+"""Workload: how requests arrive and how long their prompts and outputs are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from workbench.scenario.base import StrictModel
+
+# ---------------------------------------------------------------- arrival processes
+
+
+class PoissonArrivals(StrictModel):
+    kind: Literal["poisson"] = Field(description="Poisson process: exponential gaps.")
+    rate_per_s: float = Field(gt=0, description="Mean arrival rate in requests per second.")
+
+
+class GammaArrivals(StrictModel):
+    kind: Literal["gamma"] = Field(description="Renewal process with gamma-distributed gaps.")
+    rate_per_s: float = Field(gt=0, description="Mean arrival rate in requests per second.")
+    cv: float = Field(
+        gt=0,
+        description="Coefficient of variation of the gaps (burstiness): 1 is Poisson, "
+        ">1 burstier, <1 more regular.",
+    )
+
+
+class ConstantArrivals(StrictModel):
+    kind: Literal["constant"] = Field(description="Evenly spaced arrivals.")
+    rate_per_s: float = Field(gt=0, description="Arrival rate in requests per second.")
+
+
+class TraceArrivals(StrictModel):
+    kind: Literal["trace"] = Field(description="Arrival times read from a CSV column.")
+    path: Path = Field(description="CSV file; relative paths resolve against the scenario file.")
+    column: str = Field(default="arrived_at", description="Column holding arrival times.")
+    time_unit: Literal["s", "ms"] = Field(default="s", description="Unit of the time column.")
+    time_scale: float = Field(
+        default=1.0, gt=0, description="Multiply gaps by this (0.5 replays the trace twice as fast)."
+    )
+
+
+class ClosedLoopArrivals(StrictModel):
+    kind: Literal["closed_loop"] = Field(
+        description="Fixed concurrency: each client sends its next request when the last ends."
+    )
+    concurrency: int = Field(gt=0, description="Number of clients, each with one request in flight.")
+    think_time_s: float = Field(
+        default=0.0, ge=0, description="Pause between a response and the client's next request."
+    )
+
+
+ArrivalConfig = Annotated[
+    PoissonArrivals | GammaArrivals | ConstantArrivals | TraceArrivals | ClosedLoopArrivals,
+    Field(discriminator="kind"),
+]
+
+# ---------------------------------------------------------------- length distributions
+
+
+class FixedLength(StrictModel):
+    kind: Literal["fixed"] = Field(description="Every request has the same length.")
+    value: int = Field(gt=0, description="The length in tokens.")
+
+
+class UniformLength(StrictModel):
+    kind: Literal["uniform"] = Field(description="Integer lengths uniform on [low, high].")
+    low: int = Field(gt=0, description="Smallest length in tokens (inclusive).")
+    high: int = Field(gt=0, description="Largest length in tokens (inclusive).")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLength:
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
+        return self
+
+
+class NormalLength(StrictModel):
+    kind: Literal["normal"] = Field(
+        description="Normal lengths, rounded, redrawn outside [min, max] (truncated normal)."
+    )
+    mean: float = Field(gt=0, description="Mean length in tokens.")
+    std: float = Field(ge=0, description="Standard deviation in tokens.")
+    min: int = Field(default=1, gt=0, description="Smallest admissible length.")
+    max: int | None = Field(default=None, gt=0, description="Largest admissible length.")
+
+
+class LognormalLength(StrictModel):
+    kind: Literal["lognormal"] = Field(
+        description="Lognormal lengths given by the mean and std of the length itself, rounded."
+    )
+    mean: float = Field(gt=0, description="Mean length in tokens.")
+    std: float = Field(gt=0, description="Standard deviation of the length in tokens.")
+    min: int = Field(default=1, gt=0, description="Smallest admissible length (redrawn below).")
+    max: int | None = Field(default=None, gt=0, description="Largest admissible length (redrawn above).")
+
+
+class EmpiricalLength(StrictModel):
+    kind: Literal["empirical"] = Field(
+        description="Lengths sampled with replacement from a column of a CSV or JSON file."
+    )
+    path: Path = Field(description="CSV or JSON (list of records) file; relative to the scenario.")
+    column: str = Field(description="Column (CSV) or key (JSON records) holding lengths.")
+    max: int | None = Field(default=None, gt=0, description="Drop values above this.")
+
+
+LengthConfig = Annotated[
+    FixedLength | UniformLength | NormalLength | LognormalLength | EmpiricalLength,
+    Field(discriminator="kind"),
+]
+
+
+class TraceLengths(StrictModel):
+    """Prompt and output lengths read together, row by row, from a trace."""
+
+    path: Path = Field(description="CSV or JSON file; relative paths resolve against the scenario.")
+    prompt_column: str = Field(default="num_prefill_tokens", description="Prompt length column.")
+    output_column: str = Field(default="num_decode_tokens", description="Output length column.")
+    order: Literal["sequential", "shuffle"] = Field(
+        default="sequential",
+        description="Take rows in file order (wrapping around) or in a seeded random order.",
+    )
+    max_prompt_tokens: int | None = Field(
+        default=None, gt=0, description="Clip longer prompts to this (the context window)."
+    )
+    max_output_tokens: int | None = Field(default=None, gt=0, description="Clip longer outputs.")
+
+
+class WorkloadConfig(StrictModel):
+    """The request stream: count, arrivals and lengths. Fixed entirely by the scenario seed."""
+
+    num_requests: int = Field(gt=0, description="Number of requests to send.")
+    arrival: ArrivalConfig = Field(description="Arrival process, selected by `kind`.")
+    prompt_tokens: LengthConfig | None = Field(
+        default=None, description="Prompt length distribution (or give `lengths_from_trace`)."
+    )
+    output_tokens: LengthConfig | None = Field(
+        default=None, description="Output length distribution (or give `lengths_from_trace`)."
+    )
+    lengths_from_trace: TraceLengths | None = Field(
+        default=None, description="Prompt and output lengths together from a trace file."
+    )
+
+    @model_validator(mode="after")
+    def _one_length_source(self) -> WorkloadConfig:
+        separate = self.prompt_tokens is not None or self.output_tokens is not None
+        if self.lengths_from_trace is not None and separate:
+            raise ValueError("give either lengths_from_trace or prompt_tokens/output_tokens, not both")
+        if self.lengths_from_trace is None and (
+            self.prompt_tokens is None or self.output_tokens is None
+        ):
+            raise ValueError("needs prompt_tokens and output_tokens, or lengths_from_trace")
+        return self

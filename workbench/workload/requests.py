@@ -1,0 +1,26 @@
+"""The request stream as columns: one entry per request, identical for every backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests in arrival order. For closed-loop arrivals `arrival_s` is NaN: a client sends
+    request i when its previous one ends (see `closed_loop_concurrency`)."""
+
+    arrival_s: np.ndarray  # (n,) float64, non-decreasing (NaN for closed loop)
+    prompt_tokens: np.ndarray  # (n,) int64, > 0
+    output_tokens: np.ndarray  # (n,) int64, > 0: tokens the request generates
+    closed_loop_concurrency: int | None = None
+    think_time_s: float = 0.0
+
+    def __len__(self) -> int:
+        return len(self.prompt_tokens)
+
+    @property
+    def is_closed_loop(self) -> bool:
+        return self.closed_loop_concurrency is not None
