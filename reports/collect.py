@@ -1,0 +1,129 @@
+"""Per-run data a report needs, read from the results store and reduced to a small size.
+
+One run's full records are loaded, summarised by `workbench.metrics` (the one metrics
+module), and dropped; a report keeps only the latency samples and downsampled step series.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from workbench import metrics
+from workbench.records import StepRecords
+from workbench.scenario.system import SLOConfig
+from workbench.store import ResultsStore
+
+MAX_STEP_POINTS = 5000  # per run, over all replicas drawn
+MAX_REPLICAS_DRAWN = 8
+
+
+@dataclass
+class RunData:
+    run: dict[str, Any]  # the runs row (ResultsStore.get_run)
+    config: dict[str, Any]  # the parsed config_json
+    summary: dict[str, metrics.Number]
+    latencies_s: dict[str, np.ndarray]  # ttft/tpot/e2e of completed requests: (n_metric,)
+    step_series: dict[int, dict[str, np.ndarray]]  # replica → time_s, batch_size, kv_blocks
+    replicas_total: int
+
+    @property
+    def run_id(self) -> str:
+        return str(self.run["run_id"])
+
+    @property
+    def label(self) -> str:
+        return f"{self.run_id[:10]} · {self.run['scenario_name']} · {self.run['backend']}/" + str(
+            self.run["decoder"]
+        )
+
+    @property
+    def rate_per_s(self) -> float | None:
+        arrival = self.config.get("workload", {}).get("arrival", {})
+        rate = arrival.get("rate_per_s") if isinstance(arrival, dict) else None
+        return float(rate) if isinstance(rate, int | float) else None
+
+    @property
+    def hardware(self) -> str:
+        hw = self.config.get("hardware", {})
+        text = f"{hw.get('gpu', '?')} ×{hw.get('replicas', 1)}"
+        if hw.get("tensor_parallel", 1) != 1:
+            text += f" TP{hw['tensor_parallel']}"
+        device = self.run.get("info", {}).get("device")
+        return f"{text} ({device})" if self.run["backend"] == "real" and device else text
+
+
+def collect_run(store: ResultsStore, run_id: str) -> RunData:
+    run = store.get_run(run_id)
+    config = _parse_config(run["config_json"])
+    records = store.load_records(run["run_id"])
+    per_request = metrics.request_metrics(records)
+    done = per_request["finished"]
+    latencies = {
+        name: per_request[f"{name}_s"][done & np.isfinite(per_request[f"{name}_s"])]
+        for name in ("ttft", "tpot", "e2e")
+    }
+    series, total = _step_series(records.steps)
+    return RunData(
+        run=run,
+        config=config,
+        summary=metrics.summarize(records, slo_from_config(config)),
+        latencies_s=latencies,
+        step_series=series,
+        replicas_total=total,
+    )
+
+
+def _parse_config(config_json: str) -> dict[str, Any]:
+    try:
+        config = json.loads(config_json)
+    except (TypeError, json.JSONDecodeError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def slo_from_config(config: dict[str, Any]) -> SLOConfig | None:
+    """The run's SLOs, or None when the stored config has none (or an unreadable one)."""
+    try:
+        return SLOConfig.model_validate(config.get("slo") or {})
+    except ValidationError:
+        return None
+
+
+def _step_series(steps: StepRecords) -> tuple[dict[int, dict[str, np.ndarray]], int]:
+    """Time-binned batch size and KV blocks per replica, ≤ MAX_STEP_POINTS points in all."""
+    replicas = np.unique(steps.replica)
+    drawn = replicas[:MAX_REPLICAS_DRAWN]
+    per_line = MAX_STEP_POINTS // max(len(drawn), 1)
+    series = {}
+    for replica in drawn:
+        rows = steps.replica == replica
+        order = np.argsort(steps.start_s[rows], kind="stable")
+        time_s = steps.start_s[rows][order]
+        series[int(replica)] = {
+            "time_s": downsample(time_s, time_s, per_line),
+            "batch_size": downsample(time_s, steps.batch_size[rows][order], per_line),
+            "kv_blocks": downsample(time_s, steps.kv_blocks_used[rows][order], per_line),
+        }
+    return series, len(replicas)
+
+
+def downsample(time_s: np.ndarray, values: np.ndarray, max_points: int) -> np.ndarray:
+    """Means of `values` over ≤ max_points equal time bins (empty bins dropped).
+
+    time_s: (k,) sorted float; values: (k,). Applying it to time_s itself gives the bins'
+    mean times, so the pair stays aligned.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if len(time_s) <= max_points:
+        return values
+    edges = np.linspace(time_s[0], time_s[-1], max_points + 1)  # (max_points + 1,)
+    bins = np.clip(np.searchsorted(edges, time_s, side="right") - 1, 0, max_points - 1)
+    counts = np.bincount(bins, minlength=max_points)  # (max_points,)
+    sums = np.bincount(bins, weights=values, minlength=max_points)
+    used = counts > 0
+    return sums[used] / counts[used]

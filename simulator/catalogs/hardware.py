@@ -1,0 +1,113 @@
+"""Hardware catalog: the accelerators a scenario may name, with public datasheet numbers.
+
+All FLOP/s figures are *dense* (no 2:4 structured sparsity). Interconnect bandwidth is the
+per-GPU, per-direction bandwidth a ring collective can use (NVLink, or PCIe where a card has
+no NVLink). Memory sizes are what the device reports (`nvidia-smi`, MiB), which is what an
+inference engine can actually budget, not the marketing "GB".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from simulator.catalogs.suggest import unknown_name_message
+from workbench.errors import WorkbenchError
+
+_MIB = 1 << 20
+_GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One accelerator (or a generic CPU socket standing in for one)."""
+
+    name: str
+    memory_bytes: int  # device memory as reported by the device
+    peak_tensor_flops: float  # bf16/fp16 dense tensor-core FLOP/s (fp32 accumulate)
+    peak_fp32_flops: float  # plain fp32 (non-tensor) FLOP/s
+    memory_bandwidth_bytes_s: float  # peak device-memory bandwidth
+    interconnect_bandwidth_bytes_s: float  # intra-node link, per GPU, per direction
+    collective_latency_s: float  # fixed cost of one small all-reduce
+    peak_fp8_flops: float | None = None  # dense fp8 tensor FLOP/s; None: no fp8 tensor cores
+
+    def peak_flops(self, dtype: str) -> float:
+        """Peak matmul FLOP/s for weights/activations of `dtype`.
+
+        fp8 on a card without fp8 tensor cores runs as weight-only fp8 (dequantised to
+        16-bit before the GEMM, as vLLM's Marlin kernels do on Ampere): 16-bit peak.
+        """
+        if dtype == "fp32":
+            return self.peak_fp32_flops
+        if dtype == "fp8" and self.peak_fp8_flops is not None:
+            return self.peak_fp8_flops
+        return self.peak_tensor_flops
+
+
+# Sources: NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB), H100 datasheet (SXM5),
+# H200 datasheet (SXM), L40S datasheet. NVLink totals are bidirectional on the datasheets
+# (A100 600 GB/s, H100/H200 900 GB/s); a ring all-reduce moves data one way per link, so
+# half of that is listed. Collective latency ~10 µs matches Vidur's a100_dgx all_reduce
+# profile for the smallest messages at TP2 (0.010 ms for 2 KiB).
+_CATALOG: dict[str, GPUSpec] = {
+    "a100-80gb": GPUSpec(
+        name="a100-80gb",
+        memory_bytes=81920 * _MIB,  # 80 GiB HBM2e
+        peak_tensor_flops=312e12,
+        peak_fp32_flops=19.5e12,
+        memory_bandwidth_bytes_s=2039e9,
+        interconnect_bandwidth_bytes_s=300e9,  # NVLink 3: 600 GB/s bidirectional
+        collective_latency_s=10e-6,
+    ),
+    "h100-sxm": GPUSpec(
+        name="h100-sxm",
+        memory_bytes=81559 * _MIB,  # 80 GB HBM3, as nvidia-smi reports it
+        peak_tensor_flops=989e12,
+        peak_fp32_flops=67e12,
+        memory_bandwidth_bytes_s=3.35e12,
+        interconnect_bandwidth_bytes_s=450e9,  # NVLink 4: 900 GB/s bidirectional
+        collective_latency_s=10e-6,
+        peak_fp8_flops=1979e12,
+    ),
+    "h200": GPUSpec(
+        name="h200",
+        memory_bytes=143771 * _MIB,  # 141 GB HBM3e, as nvidia-smi reports it
+        peak_tensor_flops=989e12,
+        peak_fp32_flops=67e12,
+        memory_bandwidth_bytes_s=4.8e12,
+        interconnect_bandwidth_bytes_s=450e9,  # NVLink 4: 900 GB/s bidirectional
+        collective_latency_s=10e-6,
+        peak_fp8_flops=1979e12,
+    ),
+    "l40s": GPUSpec(
+        name="l40s",
+        memory_bytes=46068 * _MIB,  # 48 GB GDDR6 with ECC on, as nvidia-smi reports it
+        peak_tensor_flops=362e12,
+        peak_fp32_flops=91.6e12,
+        memory_bandwidth_bytes_s=864e9,
+        interconnect_bandwidth_bytes_s=32e9,  # no NVLink: PCIe Gen4 x16, 64 GB/s both ways
+        collective_latency_s=20e-6,  # PCIe through the host bridge: slower small messages
+        peak_fp8_flops=733e12,
+    ),
+    # A generic server CPU socket (e.g. 32 cores with AVX-512/BF16, 8 DDR5 channels), not a
+    # datasheet part: for sizing CPU runs of small models, not for precise predictions.
+    "cpu": GPUSpec(
+        name="cpu",
+        memory_bytes=256 * _GIB,
+        peak_tensor_flops=4e12,  # bf16 dot products (AVX512-BF16) at ~2x the fp32 rate
+        peak_fp32_flops=2e12,
+        memory_bandwidth_bytes_s=150e9,
+        interconnect_bandwidth_bytes_s=50e9,  # "TP" ranks share a socket's memory system
+        collective_latency_s=50e-6,  # gloo over shared memory
+    ),
+}
+
+GPU_CATALOG: MappingProxyType[str, GPUSpec] = MappingProxyType(_CATALOG)
+
+
+def get_gpu(name: str) -> GPUSpec:
+    """The catalog entry for `name`; unknown names get a did-you-mean."""
+    spec = GPU_CATALOG.get(name)
+    if spec is not None:
+        return spec
+    raise WorkbenchError(unknown_name_message("GPU", name, GPU_CATALOG), field="hardware.gpu")

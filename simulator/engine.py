@@ -1,0 +1,110 @@
+"""The simulation: a workload routed over replicas on one simpy clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import simpy
+
+from simulator.cost_models.base import CostModel
+from simulator.recorder import Recorder
+from simulator.replica import SimReplica, at
+from workbench.records import RunRecords
+from workbench.scheduling.policy import BatchPolicy
+from workbench.scheduling.routing import Router
+from workbench.scheduling.sequence import Sequence
+from workbench.workload.requests import Workload
+
+ProgressFn = Callable[[int], None]  # called with the number of newly finished requests
+
+# Bulk spans are capped so one span's arrays stay small; the cap changes no result.
+MAX_SPAN_STEPS = 4096
+
+
+class Simulation:
+    def __init__(
+        self,
+        workload: Workload,
+        policies: list[BatchPolicy],
+        cost_models: list[CostModel],
+        router: Router,
+        *,
+        bulk_steps: bool = True,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        self.workload = workload
+        self.env = simpy.Environment()
+        self.recorder = Recorder(len(workload))
+        self.router = router
+        self.policies = policies
+        self.progress = progress
+        span = MAX_SPAN_STEPS if bulk_steps else 1
+        self.replicas = [
+            SimReplica(self.env, i, p, c, self.recorder, self._on_finish, span)
+            for i, (p, c) in enumerate(zip(policies, cost_models, strict=True))
+        ]
+        self._next_request = 0  # closed loop: next request id to issue
+        self._releases: dict[float, list[int]] = {}  # closed loop: release time → finished ids
+
+    def run(self) -> RunRecords:
+        if self.workload.is_closed_loop:
+            self._start_closed_loop()
+        else:
+            self.env.process(self._open_loop_arrivals())
+        self.env.run()
+        rec = self.recorder
+        return RunRecords(
+            requests=rec.request_records(self.workload.prompt_tokens),
+            steps=rec.step_records(),
+            emissions=rec.emission_spans(),
+        )
+
+    # ------------------------------------------------------------------ arrivals
+
+    def _open_loop_arrivals(self):  # simpy process
+        arrival = self.workload.arrival_s
+        i, n = 0, len(arrival)
+        while i < n:
+            t = float(arrival[i])
+            if t > self.env.now:
+                yield self.env.timeout(t - self.env.now)
+            while i < n and arrival[i] == t:  # simultaneous arrivals are routed together
+                self._route(i, t)
+                i += 1
+
+    def _route(self, request_id: int, now_s: float) -> None:
+        w = self.workload
+        seq = Sequence(
+            request_id=request_id,
+            arrival_s=now_s,
+            prompt_tokens=int(w.prompt_tokens[request_id]),
+            output_tokens=int(w.output_tokens[request_id]),
+        )
+        index = self.router.pick(self.policies)
+        self.recorder.replica[request_id] = index
+        self.recorder.arrival_s[request_id] = now_s
+        self.replicas[index].enqueue(seq, now_s)
+
+    def _start_closed_loop(self) -> None:
+        concurrency = self.workload.closed_loop_concurrency or 0
+        first = min(concurrency, len(self.workload))
+        self._next_request = first
+        at(self.env, 0.0, lambda: [self._route(i, 0.0) for i in range(first)], urgent=False)
+
+    def _on_finish(self, seq: Sequence, now_s: float) -> None:
+        if self.progress is not None:
+            self.progress(1)
+        if not self.workload.is_closed_loop:
+            return
+        release_s = now_s + self.workload.think_time_s
+        pending = self._releases.setdefault(release_s, [])
+        if not pending:  # one event per instant, releasing in request order (deterministic)
+            at(self.env, release_s, lambda: self._release(release_s), urgent=False)
+        pending.append(seq.request_id)
+
+    def _release(self, release_s: float) -> None:
+        for _ in sorted(self._releases.pop(release_s)):
+            if self._next_request < len(self.workload):
+                self._route(self._next_request, release_s)
+                self._next_request += 1
+

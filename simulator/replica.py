@@ -1,0 +1,172 @@
+"""One simulated replica: a batching policy, a cost model and a clock.
+
+The replica is a small state machine on simpy timers. A step plan that may repeat runs as
+one span of up to `max_span_steps` steps whose end times are computed at once; an arrival
+in the middle truncates the span after the step in flight, exactly where a step-by-step
+engine would first see the new request. Step-end timers are URGENT, so at equal times a
+replica finishes its step before an arrival is routed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import simpy
+from simpy.events import URGENT
+
+from simulator.cost_models.base import CostModel, StepWork
+from simulator.recorder import Recorder
+from workbench.scheduling.plan import StepPlan
+from workbench.scheduling.policy import BatchPolicy
+from workbench.scheduling.sequence import Sequence
+
+
+class _Timer(simpy.Event):
+    """A timeout with an explicit priority (simpy's Timeout is always NORMAL)."""
+
+    def __init__(self, env: simpy.Environment, delay: float, priority: int) -> None:
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        env.schedule(self, priority, delay)
+
+
+def at(env: simpy.Environment, time_s: float, callback: Callable[[], None], urgent: bool) -> None:
+    """Run `callback` at absolute simulated time `time_s`."""
+    timer = _Timer(env, max(time_s - env.now, 0.0), URGENT if urgent else 1)
+    timer.callbacks.append(lambda _event: callback())
+
+
+class SimReplica:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        policy: BatchPolicy,
+        cost_model: CostModel,
+        recorder: Recorder,
+        on_finish: Callable[[Sequence, float], None],
+        max_span_steps: int,
+    ) -> None:
+        self.env = env
+        self.index = index
+        self.policy = policy
+        self.cost_model = cost_model
+        self.recorder = recorder
+        self.on_finish = on_finish
+        self.max_span_steps = max_span_steps
+        self.clock_s = 0.0  # exact end of the last committed step
+        self._plan: StepPlan | None = None
+        self._ends: np.ndarray = np.empty(0)  # (k,) end times of the span's steps
+        self._steps = 0  # steps of the current span to commit
+        self._generation = 0  # invalidates superseded timers
+        self._start_at: float | None = None  # a pending start timer's time
+
+    # ------------------------------------------------------------------ arrivals
+
+    def enqueue(self, seq: Sequence, now_s: float) -> None:
+        self.policy.add(seq, now_s)
+        if self._plan is not None:
+            self._truncate(now_s)
+        else:
+            self._start_later(now_s)  # after every arrival at this instant is queued
+
+    def _truncate(self, now_s: float) -> None:
+        """Stop the span after the step in flight at `now_s` (the first ending later)."""
+        keep = int(np.searchsorted(self._ends[: self._steps], now_s, side="right")) + 1
+        if keep < self._steps:
+            self._steps = keep
+            self._arm(self._ends[keep - 1])
+
+    # ------------------------------------------------------------------ stepping
+
+    def _start_later(self, time_s: float) -> None:
+        if self._start_at is None or self._start_at > time_s:
+            self._start_at = time_s
+            at(self.env, time_s, lambda: self._start(time_s), urgent=False)
+
+    def _start(self, now_s: float) -> None:
+        if self._start_at == now_s:
+            self._start_at = None
+        if self._plan is None:
+            self.clock_s = max(self.clock_s, now_s)
+            self._next_span()
+
+    def _next_span(self) -> None:
+        plan = self.policy.schedule(self.clock_s)
+        if plan is None:
+            self._plan = None
+            self._wake_later()
+            return
+        self._close_spans(plan.preempted, plan.step - 1)
+        steps = min(plan.repeatable_steps, self.max_span_steps)
+        durations = self._durations(plan, steps)  # (steps,)
+        self._plan = plan
+        self._steps = steps
+        self._ends = np.add.accumulate(np.concatenate(([self.clock_s], durations)))[1:]
+        self._arm(self._ends[steps - 1])
+
+    def _durations(self, plan: StepPlan, steps: int) -> np.ndarray:
+        if plan.prefills:
+            work = StepWork(
+                prefill_chunk_tokens=tuple(c.tokens for c in plan.prefills),
+                prefill_context_tokens=tuple(c.context_tokens for c in plan.prefills),
+                decode_batch_size=plan.decode_batch_size,
+                decode_context_sum=plan.decode_context_sum,
+            )
+            return np.array([self.cost_model.step_time_s(work)])
+        return self.cost_model.decode_span_s(plan.decode_batch_size, plan.decode_context_sum, steps)
+
+    def _arm(self, end_s: float) -> None:
+        self._generation += 1
+        generation = self._generation
+        at(self.env, end_s, lambda: self._span_done(generation), urgent=True)
+
+    def _span_done(self, generation: int) -> None:
+        if generation != self._generation:
+            return  # superseded by a truncation
+        plan, steps = self._plan, self._steps
+        assert plan is not None
+        self._record_steps(plan, steps)
+        self.clock_s = float(self._ends[steps - 1])
+        result = self.policy.complete(plan, steps)
+        for seq in result.started:
+            if np.isnan(self.recorder.first_token_s[seq.request_id]):
+                self.recorder.first_token_s[seq.request_id] = self.clock_s
+        self._close_spans(result.finished, self.policy.step - 1)
+        for seq in result.finished:
+            self.recorder.finish_s[seq.request_id] = self.clock_s
+            self.recorder.output_tokens[seq.request_id] = seq.generated
+            self.recorder.preemptions[seq.request_id] = seq.preemptions
+            self.on_finish(seq, self.clock_s)
+        self._plan = None
+        self._next_span()
+
+    def _wake_later(self) -> None:
+        wake_s = self.policy.next_wakeup_s(self.clock_s)
+        if wake_s is not None:
+            self._start_later(max(wake_s, self.clock_s))
+
+    # ------------------------------------------------------------------ records
+
+    def _record_steps(self, plan: StepPlan, steps: int) -> None:
+        ends = self._ends[:steps]
+        starts = np.concatenate(([self.clock_s], ends[:-1]))
+        self.recorder.steps.extend(
+            replica=np.full(steps, self.index),
+            step=plan.step + np.arange(steps),
+            start_s=starts,
+            duration_s=ends - starts,
+            batch_size=np.full(steps, plan.batch_size),
+            prefill_tokens=np.full(steps, plan.prefill_tokens),
+            decode_tokens=np.full(steps, plan.decode_batch_size),
+            kv_blocks_used=plan.kv_blocks_used[:steps],
+            emitted_tokens=np.full(steps, plan.emitting),
+        )
+
+    def _close_spans(self, seqs: list[Sequence], last_step: int) -> None:
+        for seq in seqs:
+            if seq.first_emit_step >= 0:
+                self.recorder.span(seq.request_id, self.index, seq.first_emit_step, last_step)
+                seq.first_emit_step = -1

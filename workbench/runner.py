@@ -1,0 +1,108 @@
+"""Run a scenario (every sweep point of it) on a backend and store each run whole."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import WorkbenchError
+from workbench.metrics import summarize
+from workbench.records import RunMeta, RunRecords
+from workbench.scenario.scenario import Scenario
+from workbench.store.db import ResultsStore
+from workbench.sweep import SweepPoint, expand
+
+ProgressFactory = Callable[[int, str], Callable[[int], None] | None]  # (total, label) → update
+
+
+@dataclass
+class RunOutcome:
+    run_id: str | None  # None when the point was already in the database (skipped)
+    point: SweepPoint
+    summary: dict[str, Any] | None
+
+
+def run_scenario(
+    scenario: Scenario,
+    store: ResultsStore,
+    *,
+    source: str,
+    progress: ProgressFactory | None = None,
+) -> list[RunOutcome]:
+    """Run each point not yet complete in `store`; an interrupted sweep resumes."""
+    points = expand(scenario, source=source)
+    done = store.completed_hashes()
+    outcomes = []
+    for point in points:
+        if point.values and point.scenario.config_hash() in done:
+            outcomes.append(RunOutcome(None, point, None))
+            continue
+        outcomes.append(run_point(point, store, progress=progress))
+    return outcomes
+
+
+def run_point(
+    point: SweepPoint, store: ResultsStore, *, progress: ProgressFactory | None = None
+) -> RunOutcome:
+    scenario = point.scenario
+    update = progress(scenario.workload.num_requests, scenario.name) if progress else None
+    started = time.time()
+    records = run_backend(scenario, update)
+    meta = RunMeta(
+        run_id=uuid.uuid4().hex[:12],
+        scenario_name=scenario.name,
+        scenario_hash=scenario.config_hash(),
+        config_json=scenario.config_json(),
+        backend=scenario.backend,
+        decoder=scenario.decoder.kind,
+        scheduler=scenario.scheduler.kind,
+        seed=scenario.seed,
+        versions=package_versions(),
+        git_sha=git_sha(),
+        started_at=started,
+        finished_at=time.time(),
+        sweep_point=point.label() if point.values else None,
+    )
+    store.write_run(meta, records)
+    return RunOutcome(meta.run_id, point, summarize(records, scenario.slo))
+
+
+def run_backend(scenario: Scenario, progress: Callable[[int], None] | None) -> RunRecords:
+    """Dispatch to a backend; imported lazily so the light path never imports torch."""
+    if scenario.backend == "sim":
+        from simulator.run import simulate
+
+        return simulate(scenario, progress=progress)
+    raise WorkbenchError(
+        "the real backend is not part of this build yet; run with --backend sim",
+        field="backend",
+    )
+
+
+def package_versions() -> dict[str, str]:
+    names = ["decoding-workbench", "numpy", "simpy", "duckdb", "pydantic", "torch"]
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def git_sha() -> str | None:
+    """The workbench checkout's commit, when it runs from one."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None

@@ -1,0 +1,88 @@
+"""The decode set: running sequences that emit one token per step, advanced lazily.
+
+Every engine step of a continuous-batching replica includes every sequence of its decode
+set, so a member's progress is a function of the replica's step counter `D`: after entering
+at `entry_step` with `entry_computed` cached tokens, it has `entry_computed + D - entry_step`.
+Aggregates (size, context sum, block demand per step, next finish) are kept incrementally,
+so advancing by any number of steps is O(block_size), not O(batch) per step.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from workbench.scheduling.blocks import blocks_for, decode_block_demand
+from workbench.scheduling.sequence import Sequence
+
+
+class DecodeSet:
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.members: dict[int, Sequence] = {}
+        self.residue_counts = np.zeros(block_size, dtype=np.int64)  # (block_size,)
+        self._offset_sum = 0  # Σ (entry_computed − entry_step)
+        self._finish_heap: list[tuple[int, int]] = []  # (step counter after last step, id)
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def add(self, seq: Sequence, step: int) -> None:
+        """`seq` has just emitted; it decodes from replica step `step` on."""
+        seq.entry_step = step
+        seq.entry_computed = seq.computed
+        seq.entry_generated = seq.generated
+        self.members[seq.request_id] = seq
+        self.residue_counts[(step - seq.computed) % self.block_size] += 1
+        self._offset_sum += seq.computed - step
+        finish_at = step + seq.output_tokens - seq.generated
+        heapq.heappush(self._finish_heap, (finish_at, seq.request_id))
+
+    def remove(self, seq: Sequence, step: int) -> None:
+        """Take `seq` out at counter `step`, writing back its exact progress and blocks."""
+        self.sync(seq, step)
+        del self.members[seq.request_id]
+        self.residue_counts[(seq.entry_step - seq.entry_computed) % self.block_size] -= 1
+        self._offset_sum -= seq.entry_computed - seq.entry_step
+        seq.entry_step = -1  # heap entries of departed members are skipped lazily
+
+    def sync(self, seq: Sequence, step: int) -> None:
+        advanced = step - seq.entry_step
+        seq.computed = seq.entry_computed + advanced
+        seq.generated = seq.entry_generated + advanced
+        seq.blocks = blocks_for(seq.computed, self.block_size)
+
+    def context_sum(self, step: int) -> int:
+        """Σ KV length including the new token, for the step run at counter `step`."""
+        return self._offset_sum + len(self.members) * (step + 1)
+
+    def block_demand(self, step: int, n_steps: int) -> np.ndarray:
+        """New blocks needed by each of the next `n_steps` steps from counter `step`."""
+        return decode_block_demand(self.residue_counts, step, n_steps)
+
+    def steps_to_next_finish(self, step: int) -> int | None:
+        """Steps (from counter `step`) until the first member reaches its output length."""
+        heap = self._finish_heap
+        while heap and self._stale(heap[0]):
+            heapq.heappop(heap)
+        return heap[0][0] - step if heap else None
+
+    def pop_finished(self, step: int) -> list[Sequence]:
+        """Members whose last token was emitted by the step that brought the counter to `step`."""
+        done: list[Sequence] = []
+        heap = self._finish_heap
+        while heap and (self._stale(heap[0]) or heap[0][0] <= step):
+            finish_at, request_id = heapq.heappop(heap)
+            if self._stale((finish_at, request_id)):
+                continue
+            seq = self.members[request_id]
+            self.remove(seq, step)
+            done.append(seq)
+        return done
+
+    def _stale(self, entry: tuple[int, int]) -> bool:
+        seq = self.members.get(entry[1])
+        if seq is None:
+            return True
+        return entry[0] != seq.entry_step + seq.output_tokens - seq.entry_generated

@@ -1,0 +1,79 @@
+"""Build a replica's batching policy from the scenario's scheduler section."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from workbench.errors import WorkbenchError
+from workbench.scheduling.blocks import blocks_for
+from workbench.scheduling.continuous import WATERMARK, ContinuousBatching
+from workbench.scheduling.policy import BatchPolicy
+from workbench.scheduling.static import StaticBatching
+from workbench.scenario.system import ContinuousBatchingConfig, SchedulerConfig, StaticBatchingConfig
+
+
+def _continuous(cfg: ContinuousBatchingConfig, num_blocks: int) -> BatchPolicy:
+    return ContinuousBatching(
+        num_blocks=num_blocks,
+        block_size=cfg.kv_cache.block_size,
+        max_batch_size=cfg.max_batch_size,
+        max_batched_tokens=cfg.max_batched_tokens,
+        chunked_prefill=cfg.chunked_prefill,
+        chunk_size=cfg.chunk_size,
+    )
+
+
+def _static(cfg: StaticBatchingConfig, num_blocks: int) -> BatchPolicy:
+    return StaticBatching(
+        num_blocks=num_blocks,
+        block_size=cfg.kv_cache.block_size,
+        batch_size=cfg.batch_size,
+        max_wait_s=cfg.max_wait_s,
+    )
+
+
+POLICIES: dict[str, Callable[..., BatchPolicy]] = {"continuous": _continuous, "static": _static}
+
+
+def build_policy(cfg: SchedulerConfig, num_blocks: int) -> BatchPolicy:
+    return POLICIES[cfg.kind](cfg, num_blocks)
+
+
+def check_feasible(
+    cfg: SchedulerConfig,
+    num_blocks: int,
+    max_prompt_tokens: int,
+    max_total_tokens: int,
+    *,
+    source: str | None,
+) -> None:
+    """Refuse configurations in which some request could never be served."""
+    block_size = cfg.kv_cache.block_size
+    usable = num_blocks
+    if isinstance(cfg, ContinuousBatchingConfig):
+        usable = num_blocks - int(WATERMARK * num_blocks)
+        budget = cfg.chunk_size if cfg.chunked_prefill else cfg.max_batched_tokens
+        if cfg.max_batch_size > budget:
+            field = "chunk_size" if cfg.chunked_prefill else "max_batched_tokens"
+            raise WorkbenchError(
+                f"the step token budget ({budget}) is below max_batch_size "
+                f"({cfg.max_batch_size}): decodes alone could exceed it; raise it",
+                source=source,
+                field=f"scheduler.{field}",
+            )
+        if not cfg.chunked_prefill and max_total_tokens > cfg.max_batched_tokens:
+            raise WorkbenchError(
+                f"a request of {max_total_tokens} tokens (prompt + output, recomputed after a "
+                f"preemption) exceeds max_batched_tokens={cfg.max_batched_tokens}; enable "
+                "chunked_prefill or raise max_batched_tokens",
+                source=source,
+                field="scheduler.max_batched_tokens",
+            )
+    if blocks_for(max_total_tokens, block_size) > usable:
+        raise WorkbenchError(
+            f"a request of {max_total_tokens} tokens needs "
+            f"{blocks_for(max_total_tokens, block_size)} KV blocks but a replica has {usable} "
+            "usable; use bigger hardware, more tensor parallelism or shorter requests",
+            source=source,
+            field="scheduler.kv_cache",
+        )

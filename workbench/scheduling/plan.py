@@ -1,0 +1,51 @@
+"""What a policy hands its engine (a step plan) and what it hands back (a step result)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from workbench.scheduling.sequence import Sequence
+
+
+@dataclass(slots=True)
+class PrefillChunk:
+    seq: Sequence
+    tokens: int  # new prompt tokens computed in this step
+    context_tokens: int  # tokens already cached before the chunk
+
+
+@dataclass
+class StepPlan:
+    """The next step of one replica.
+
+    A plan with no prefill chunks may repeat: `repeatable_steps` says how many consecutive
+    steps the policy would schedule identically if nothing arrives (no finish, no KV
+    shortage, no admission in between). Engines may run up to that many in one go and must
+    then call `complete` with the number actually run.
+    """
+
+    step: int  # replica step index of the (first) step
+    prefills: list[PrefillChunk]
+    decode_batch_size: int  # sequences computing one decode token (padding slots included)
+    decode_context_sum: int  # Σ KV length incl. the new token over decode slots, first step
+    context_growth: int  # decode_context_sum grows by this each repeated step
+    emitting: int  # sequences that emit a token at the end of each repeated decode step
+    kv_blocks_used: np.ndarray  # (repeatable_steps,) blocks in use during each step
+    preempted: list[Sequence] = field(default_factory=list)  # evicted while planning
+    repeatable_steps: int = 1
+
+    @property
+    def batch_size(self) -> int:
+        return self.decode_batch_size + len(self.prefills)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(c.tokens for c in self.prefills)
+
+
+@dataclass
+class StepResult:
+    started: list[Sequence]  # emitted their first token of an emission span this step
+    finished: list[Sequence]  # emitted their last token; now out of the replica

@@ -1,0 +1,341 @@
+"""The DuckDB results store: a run is written whole, in one transaction, or not at all.
+
+Record columns go in as pyarrow tables built over the numpy arrays (no per-row Python), so
+a million-request run writes in seconds. DuckDB allows one writing process per file: a
+second one gets a clear `WorkbenchError` instead of DuckDB's lock message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import fields
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from workbench.errors import WorkbenchError
+from workbench.records import (
+    EmissionSpans,
+    RequestRecords,
+    RunMeta,
+    RunRecords,
+    StepRecords,
+)
+from workbench.store.schema import (
+    MIGRATIONS,
+    NUMPY_DTYPES,
+    RECORD_TABLES,
+    SCHEMA_VERSION,
+    create_statements,
+)
+
+MEMORY = ":memory:"
+RUN_COLUMNS = [
+    "run_id", "scenario_name", "scenario_hash", "config_json", "backend", "decoder",
+    "scheduler", "seed", "versions", "git_sha", "started_at", "finished_at", "status",
+    "sweep_point", "info",
+]  # fmt: skip
+EXPORTABLE = ("runs", *RECORD_TABLES, "request_metrics", "run_summary")
+_RECORD_CLASSES = {"requests": RequestRecords, "steps": StepRecords, "emissions": EmissionSpans}
+_NOT_OURS = "not a workbench results database"
+# Errors write_run reports as one WorkbenchError after rolling back (bad records, bad JSON
+# in RunMeta, a read-only database...); anything else (KeyboardInterrupt) propagates as is.
+_WRITE_ERRORS = (WorkbenchError, pa.ArrowException, ValueError, TypeError, duckdb.Error)
+
+
+class ResultsStore:
+    """A handle on one results database. Use `ResultsStore.open(path)` as a context manager."""
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection, path: str) -> None:
+        self._con = connection
+        self.path = path
+
+    # ------------------------------------------------------------ opening and closing
+
+    @classmethod
+    def open(cls, path: str | Path, *, read_only: bool = False) -> ResultsStore:
+        """Open (or create) a results database; ":memory:" gives a private in-memory one."""
+        label = str(path)
+        con = _connect(label, read_only)
+        try:
+            _ensure_schema(con, label, read_only)
+        except BaseException:
+            con.close()
+            raise
+        return cls(con, label)
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection, for ad hoc SQL over the tables and views."""
+        return self._con
+
+    def close(self) -> None:
+        self._con.close()
+
+    def __enter__(self) -> ResultsStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ writing
+
+    def write_run(self, meta: RunMeta, records: RunRecords) -> str:
+        """Write the run's row and all its records in one transaction; returns the run id."""
+        if self._con.execute("SELECT 1 FROM runs WHERE run_id = ?", [meta.run_id]).fetchall():
+            raise WorkbenchError(
+                f"run {meta.run_id!r} is already in the database", source=self.path
+            )
+        self._con.execute("BEGIN TRANSACTION")
+        try:
+            for table in RECORD_TABLES:
+                self._insert_records(table, getattr(records, table), meta.run_id)
+            self._insert_run_row(meta, records.info)
+            self._con.execute("COMMIT")
+        except BaseException as error:
+            self._rollback()
+            if isinstance(error, _WRITE_ERRORS):
+                raise WorkbenchError(
+                    f"could not write run {meta.run_id!r} (nothing was written): {error}",
+                    source=self.path,
+                ) from error
+            raise
+        return meta.run_id
+
+    def _rollback(self) -> None:
+        # The transaction may never have started, or DuckDB may have ended it already.
+        with contextlib.suppress(duckdb.Error):
+            self._con.execute("ROLLBACK")
+
+    def _insert_records(self, table: str, columns: object, run_id: str) -> None:
+        arrow = _arrow_table(table, columns)
+        names = ", ".join(RECORD_TABLES[table])
+        self._con.register("_wb_source", arrow)
+        try:
+            self._con.execute(
+                f"INSERT INTO {table} SELECT ?::VARCHAR, {names} FROM _wb_source", [run_id]
+            )
+        finally:
+            self._con.unregister("_wb_source")
+
+    def _insert_run_row(self, meta: RunMeta, info: dict[str, str]) -> None:
+        row = [
+            meta.run_id, meta.scenario_name, meta.scenario_hash, meta.config_json,
+            meta.backend, meta.decoder, meta.scheduler, int(meta.seed),
+            json.dumps(meta.versions, sort_keys=True), meta.git_sha,
+            _to_utc(meta.started_at), _to_utc(meta.finished_at), "complete",
+            meta.sweep_point, json.dumps(info, sort_keys=True),
+        ]  # fmt: skip
+        marks = ", ".join("?" for _ in RUN_COLUMNS)
+        self._con.execute(f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({marks})", row)
+
+    # ------------------------------------------------------------ reading
+
+    def list_runs(self) -> list[dict[str, Any]]:
+        """Every run's row (see `get_run`), oldest first."""
+        rows = self._con.execute(
+            f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_at, run_id"
+        ).fetchall()
+        return [_run_dict(row) for row in rows]
+
+    def resolve_run_id(self, run_id: str) -> str:
+        """The full run id for an id or a unique prefix of one."""
+        matches = [
+            r[0]
+            for r in self._con.execute(
+                "SELECT run_id FROM runs WHERE starts_with(run_id, ?) ORDER BY run_id", [run_id]
+            ).fetchall()
+        ]
+        if run_id in matches:
+            return run_id
+        if not matches:
+            raise WorkbenchError(f"no run with id or prefix {run_id!r}", source=self.path)
+        if len(matches) > 1:
+            shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
+            raise WorkbenchError(
+                f"run id prefix {run_id!r} is ambiguous: it matches {shown}", source=self.path
+            )
+        return matches[0]
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        """The run's row: RunMeta's fields (times as unix seconds) plus `status` and `info`."""
+        full = self.resolve_run_id(run_id)
+        rows = self._con.execute(
+            f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE run_id = ?", [full]
+        ).fetchall()
+        return _run_dict(rows[0])  # resolve_run_id found it
+
+    def load_records(self, run_id: str) -> RunRecords:
+        """The run's records as written (same columns, dtypes and row order)."""
+        full = self.resolve_run_id(run_id)
+        parts = {table: self._load_table(table, full) for table in RECORD_TABLES}
+        info = self.get_run(full)["info"]
+        return RunRecords(parts["requests"], parts["steps"], parts["emissions"], info)
+
+    def _load_table(self, table: str, run_id: str) -> object:
+        columns = RECORD_TABLES[table]
+        # Without ORDER BY DuckDB keeps insertion order (preserve_insertion_order is on).
+        arrow = self._con.sql(
+            f"SELECT {', '.join(columns)} FROM {table} WHERE run_id = ?", params=[run_id]
+        ).to_arrow_table()
+        arrays = {
+            name: np.asarray(arrow.column(name).to_numpy(), dtype=NUMPY_DTYPES[sql_type])
+            for name, sql_type in columns.items()
+        }  # NULL doubles come back as NaN
+        return _RECORD_CLASSES[table](**arrays)
+
+    def completed_hashes(self) -> set[str]:
+        """scenario_hash of every complete run: what a resumed sweep may skip."""
+        rows = self._con.execute(
+            "SELECT DISTINCT scenario_hash FROM runs WHERE status = 'complete'"
+        ).fetchall()
+        return {r[0] for r in rows}
+
+    def export_parquet(self, table: str, out_path: str | Path, run_id: str | None = None) -> Path:
+        """Copy a table or view (optionally one run's rows) to a Parquet file."""
+        if table not in EXPORTABLE:
+            raise WorkbenchError(f"unknown table {table!r}; expected one of {EXPORTABLE}")
+        out = Path(out_path)
+        if not out.parent.is_dir():
+            raise WorkbenchError("folder does not exist", source=str(out.parent))
+        where = ""
+        if run_id is not None:
+            where = f" WHERE run_id = {_sql_literal(self.resolve_run_id(run_id))}"
+        self._con.execute(
+            f"COPY (SELECT * FROM {table}{where}) TO {_sql_literal(str(out))} (FORMAT parquet)"
+        )
+        return out
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _connect(label: str, read_only: bool) -> duckdb.DuckDBPyConnection:
+    if label != MEMORY:
+        path = Path(label)
+        if not path.parent.is_dir():
+            raise WorkbenchError(f"folder {str(path.parent)!r} does not exist", source=label)
+        if path.is_dir():
+            raise WorkbenchError("is a folder, expected a results database file", source=label)
+        if read_only and not path.exists():
+            raise WorkbenchError("no such results database", source=label)
+    try:
+        return duckdb.connect(label, read_only=read_only)
+    except duckdb.Error as error:
+        message = str(error)
+        if "lock" in message.lower():
+            raise WorkbenchError(
+                "the database is open for writing in another process (DuckDB allows one "
+                f"writer); close it and retry ({message})",
+                source=label,
+            ) from error
+        raise WorkbenchError(
+            f"{_NOT_OURS} (not a DuckDB file, or corrupt): {message}", source=label
+        ) from error
+
+
+def _ensure_schema(con: duckdb.DuckDBPyConnection, label: str, read_only: bool) -> None:
+    """Create the schema in an empty database, migrate an old one, refuse a foreign one."""
+    try:
+        tables = {
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
+            ).fetchall()
+        }
+    except duckdb.Error as error:
+        raise WorkbenchError(f"{_NOT_OURS} (corrupt): {error}", source=label) from error
+    if not tables and not read_only:
+        _run_in_transaction(con, [*create_statements(), _version_insert(SCHEMA_VERSION)])
+        return
+    if "schema_version" not in tables:
+        raise WorkbenchError(f"{_NOT_OURS} (it has no schema_version table)", source=label)
+    (version,) = con.execute("SELECT max(version) FROM schema_version").fetchall()[0]
+    found = int(version) if version is not None else 0
+    if found > SCHEMA_VERSION:
+        raise WorkbenchError(
+            f"written by a newer workbench (schema {found}, this one reads {SCHEMA_VERSION})",
+            source=label,
+        )
+    if found < SCHEMA_VERSION:
+        _migrate(con, label, found, read_only)
+
+
+def _migrate(con: duckdb.DuckDBPyConnection, label: str, found: int, read_only: bool) -> None:
+    missing = [v for v in range(found, SCHEMA_VERSION) if v not in MIGRATIONS]
+    if missing or read_only:
+        raise WorkbenchError(
+            f"schema version {found} cannot be upgraded to {SCHEMA_VERSION}"
+            + (" when opened read-only" if read_only and not missing else ""),
+            source=label,
+        )
+    statements = [s for v in range(found, SCHEMA_VERSION) for s in MIGRATIONS[v]]
+    _run_in_transaction(con, [*statements, _version_insert(SCHEMA_VERSION)])
+
+
+def _version_insert(version: int) -> str:
+    return f"INSERT INTO schema_version VALUES ({int(version)}, now()::TIMESTAMP)"
+
+
+def _run_in_transaction(con: duckdb.DuckDBPyConnection, statements: list[str]) -> None:
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for statement in statements:
+            con.execute(statement)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def _arrow_table(table: str, records: object) -> pa.Table:
+    """A pyarrow table over the record arrays: numeric columns are not copied; NaN → NULL."""
+    arrays = []
+    for name, sql_type in RECORD_TABLES[table].items():
+        values = getattr(records, name)
+        if sql_type == "VARCHAR":
+            arrays.append(pa.array(np.asarray(values, dtype=object), type=pa.string()))
+            continue
+        column = np.ascontiguousarray(values, dtype=NUMPY_DTYPES[sql_type])
+        arrays.append(pa.array(column, from_pandas=sql_type == "DOUBLE"))
+    lengths = {len(a) for a in arrays}
+    if len(lengths) > 1:
+        raise WorkbenchError(f"{table} columns have different lengths {sorted(lengths)}")
+    return pa.Table.from_arrays(arrays, names=list(RECORD_TABLES[table]))
+
+
+def _run_dict(row: tuple[Any, ...]) -> dict[str, Any]:
+    run = dict(zip(RUN_COLUMNS, row, strict=True))
+    run["versions"] = json.loads(run["versions"]) if run["versions"] else {}
+    run["info"] = json.loads(run["info"]) if run["info"] else {}
+    run["started_at"] = _from_utc(run["started_at"])
+    run["finished_at"] = _from_utc(run["finished_at"])
+    return run
+
+
+def _to_utc(unix_s: float | None) -> datetime | None:
+    return None if unix_s is None else datetime.fromtimestamp(unix_s, UTC).replace(tzinfo=None)
+
+
+def _from_utc(moment: datetime | None) -> float | None:
+    return None if moment is None else moment.replace(tzinfo=UTC).timestamp()
+
+
+def _sql_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def run_meta_from_row(run: dict[str, Any]) -> RunMeta:
+    """The RunMeta a `get_run` dict was written from."""
+    return RunMeta(**{f.name: run[f.name] for f in fields(RunMeta)})

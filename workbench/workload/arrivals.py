@@ -1,0 +1,126 @@
+"""Arrival processes: when each request is sent. One sampler per `kind`, chosen by a registry.
+
+Conventions shared by every open-loop kind:
+- The first request arrives at t = 0 and the n - 1 gaps that follow are drawn from the
+  process, so a stream starts at once (as a trace replay does, after its shift to 0) and the
+  mean gap is exactly the process's mean gap. For Poisson this is the process seen from an
+  arrival (its Palm version); the gaps are still i.i.d. exponential.
+- Gaps are never clipped: a Poisson or gamma stream keeps its long quiet spells and its
+  near-simultaneous bursts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from workbench.errors import WorkbenchError
+from workbench.scenario.workload import (
+    ArrivalConfig,
+    ClosedLoopArrivals,
+    ConstantArrivals,
+    GammaArrivals,
+    PoissonArrivals,
+    TraceArrivals,
+)
+from workbench.workload.traces import read_column, read_table
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """Arrival times, plus the client model when arrivals are closed-loop."""
+
+    arrival_s: np.ndarray  # (n,) float64, non-decreasing from 0; NaN for closed loop
+    closed_loop_concurrency: int | None = None
+    think_time_s: float = 0.0
+
+
+ArrivalSampler = Callable[[Any, int, np.random.Generator], Arrivals]
+
+
+def sample_arrivals(config: ArrivalConfig, n: int, rng: np.random.Generator) -> Arrivals:
+    """Arrivals of `n` requests under `config`, drawing only from `rng`."""
+    return ARRIVAL_SAMPLERS[config.kind](config, n, rng)
+
+
+def _from_gaps(gaps: np.ndarray) -> np.ndarray:
+    """Arrival times starting at 0 from the n - 1 gaps between them. # (n,)"""
+    return np.concatenate(([0.0], np.cumsum(gaps)))
+
+
+def poisson_arrivals(config: PoissonArrivals, n: int, rng: np.random.Generator) -> Arrivals:
+    gaps = rng.exponential(1.0 / config.rate_per_s, size=n - 1)  # (n-1,)
+    return Arrivals(_from_gaps(gaps))
+
+
+def gamma_arrivals(config: GammaArrivals, n: int, rng: np.random.Generator) -> Arrivals:
+    # shape k = 1/cv², scale θ = cv²/rate: mean kθ = 1/rate, std √k·θ = cv/rate.
+    cv2 = config.cv**2
+    gaps = rng.gamma(shape=1.0 / cv2, scale=cv2 / config.rate_per_s, size=n - 1)  # (n-1,)
+    return Arrivals(_from_gaps(gaps))
+
+
+def constant_arrivals(config: ConstantArrivals, n: int, rng: np.random.Generator) -> Arrivals:
+    # i / rate rather than a cumulative sum: no rounding drift over long streams.
+    return Arrivals(np.arange(n, dtype=np.float64) / config.rate_per_s)
+
+
+def trace_arrivals(config: TraceArrivals, n: int, rng: np.random.Generator) -> Arrivals:
+    """Replay a trace's arrival times, shifted to start at 0 and with gaps scaled by time_scale.
+
+    A trace of m arrivals that is shorter than the stream is replayed in periods: after its
+    last arrival comes one mean gap of the trace ((last - first) / (m - 1)), then its gaps
+    again. Request i lands at t[i mod m] + (i div m) * period, so the long-run rate is the
+    trace's own rate and row i of the trace always lines up with requests i, i + m, ...
+    """
+    times = _trace_times(config)  # (m,) seconds from the first arrival
+    m = len(times)
+    if n > m and m < 2:
+        raise WorkbenchError(
+            f"the trace has {m} arrival; cannot repeat its gap pattern for {n} requests",
+            source=str(config.path),
+            field=config.column,
+        )
+    if n <= m:
+        return Arrivals(times[:n] * config.time_scale)
+    period = times[-1] * m / (m - 1)  # span + one mean gap
+    cycle, row = np.divmod(np.arange(n), m)  # (n,), (n,)
+    return Arrivals((times[row] + cycle * period) * config.time_scale)
+
+
+def _trace_times(config: TraceArrivals) -> np.ndarray:
+    """The trace's arrival times in seconds, relative to its first arrival. # (m,)"""
+    raw = read_column(config.path, config.column)  # (m,) in config.time_unit
+    decreasing = np.diff(raw) < 0  # (m-1,)
+    if decreasing.any():
+        i = int(np.argmax(decreasing)) + 1
+        where = read_table(config.path).where(i)
+        raise WorkbenchError(
+            f"arrival times must be non-decreasing; {where} goes back in time "
+            f"({raw[i - 1]:g} then {raw[i]:g})",
+            source=str(config.path),
+            field=config.column,
+        )
+    seconds = raw / 1000.0 if config.time_unit == "ms" else raw
+    return seconds - seconds[0]
+
+
+def closed_loop_arrivals(config: ClosedLoopArrivals, n: int, rng: np.random.Generator) -> Arrivals:
+    """No times in advance: each client sends its next request when its last one ends."""
+    return Arrivals(
+        np.full(n, np.nan),
+        closed_loop_concurrency=config.concurrency,
+        think_time_s=config.think_time_s,
+    )
+
+
+ARRIVAL_SAMPLERS: dict[str, ArrivalSampler] = {
+    "poisson": poisson_arrivals,
+    "gamma": gamma_arrivals,
+    "constant": constant_arrivals,
+    "trace": trace_arrivals,
+    "closed_loop": closed_loop_arrivals,
+}
