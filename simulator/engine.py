@@ -107,4 +107,3 @@ class Simulation:
             if self._next_request < len(self.workload):
                 self._route(self._next_request, release_s)
                 self._next_request += 1
-

@@ -25,8 +25,14 @@ class _Columns:
             dtype = np.float64 if self.spec[name] == "d" else np.int64
             self.cols[name].frombytes(np.ascontiguousarray(value, dtype=dtype).tobytes())
 
+    def extend_constant(self, n: int, **values: float) -> None:
+        for name, value in values.items():
+            self.cols[name].extend(array(self.spec[name], [value]) * n)
+
     def numpy(self, name: str) -> np.ndarray:
-        return np.frombuffer(self.cols[name], dtype=np.float64 if self.spec[name] == "d" else np.int64)
+        return np.frombuffer(
+            self.cols[name], dtype=np.float64 if self.spec[name] == "d" else np.int64
+        )
 
 
 _STEP_SPEC = {
@@ -48,7 +54,9 @@ class Recorder:
         self.preemptions = np.zeros(num_requests, dtype=np.int32)  # (n,)
 
     def span(self, request_id: int, replica: int, first: int, last: int, tokens: int = 1) -> None:
-        self.spans.append(request_id=request_id, replica=replica, first_step=first, last_step=last, tokens=tokens)
+        self.spans.append(
+            request_id=request_id, replica=replica, first_step=first, last_step=last, tokens=tokens
+        )
 
     def request_records(self, prompt_tokens: np.ndarray) -> RequestRecords:
         finished = ~np.isnan(self.finish_s)

@@ -152,17 +152,29 @@ class SimReplica:
 
     def _record_steps(self, plan: StepPlan, steps: int) -> None:
         ends = self._ends[:steps]
-        starts = np.concatenate(([self.clock_s], ends[:-1]))
-        self.recorder.steps.extend(
-            replica=np.full(steps, self.index),
-            step=plan.step + np.arange(steps),
-            start_s=starts,
-            duration_s=ends - starts,
-            batch_size=np.full(steps, plan.batch_size),
-            prefill_tokens=np.full(steps, plan.prefill_tokens),
-            decode_tokens=np.full(steps, plan.decode_batch_size),
-            kv_blocks_used=plan.kv_blocks_used[:steps],
-            emitted_tokens=np.full(steps, plan.emitting),
+        columns = self.recorder.steps
+        if steps == 1:  # the common case outside decode spans: plain appends
+            columns.append(
+                step=plan.step,
+                start_s=self.clock_s,
+                duration_s=float(ends[0]) - self.clock_s,
+                kv_blocks_used=int(plan.kv_blocks_used[0]),
+            )
+        else:
+            starts = np.concatenate(([self.clock_s], ends[:-1]))  # (steps,)
+            columns.extend(
+                step=plan.step + np.arange(steps),
+                start_s=starts,
+                duration_s=ends - starts,
+                kv_blocks_used=plan.kv_blocks_used[:steps],
+            )
+        columns.extend_constant(
+            steps,
+            replica=self.index,
+            batch_size=plan.batch_size,
+            prefill_tokens=plan.prefill_tokens,
+            decode_tokens=plan.decode_batch_size,
+            emitted_tokens=plan.emitting,
         )
 
     def _close_spans(self, seqs: list[Sequence], last_step: int) -> None:

@@ -35,7 +35,9 @@ def replica_kv_blocks(scenario: Scenario) -> int:
 def simulate(
     scenario: Scenario, workload: Workload | None = None, progress: ProgressFn | None = None
 ) -> RunRecords:
-    workload = workload if workload is not None else generate_workload(scenario.workload, scenario.seed)
+    workload = (
+        workload if workload is not None else generate_workload(scenario.workload, scenario.seed)
+    )
     num_blocks = replica_kv_blocks(scenario)
     check_feasible(
         scenario.scheduler,

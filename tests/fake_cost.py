@@ -10,7 +10,9 @@ from simulator.cost_models.base import CostModel, StepWork
 class LinearCost(CostModel):
     """duration = base + per_token × tokens + per_context × attended keys."""
 
-    def __init__(self, base_s: float = 0.01, per_token_s: float = 1e-4, per_context_s: float = 1e-7):
+    def __init__(
+        self, base_s: float = 0.01, per_token_s: float = 1e-4, per_context_s: float = 1e-7
+    ):
         self.base_s = base_s
         self.per_token_s = per_token_s
         self.per_context_s = per_context_s
@@ -20,8 +22,13 @@ class LinearCost(CostModel):
 
     def step_time_s(self, work: StepWork) -> float:
         if not work.prefill_chunk_tokens:
-            return float(self._decode(work.decode_batch_size, np.array([work.decode_context_sum]))[0])
-        keys = sum(c * (p + c) for c, p in zip(work.prefill_chunk_tokens, work.prefill_context_tokens, strict=True))
+            return float(
+                self._decode(work.decode_batch_size, np.array([work.decode_context_sum]))[0]
+            )
+        keys = sum(
+            c * (p + c)
+            for c, p in zip(work.prefill_chunk_tokens, work.prefill_context_tokens, strict=True)
+        )
         return (
             self.base_s
             + self.per_token_s * work.num_tokens

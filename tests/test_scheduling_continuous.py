@@ -11,7 +11,9 @@ from workbench.scheduling.sequence import Sequence
 
 
 def seq(request_id: int, prompt: int, output: int) -> Sequence:
-    return Sequence(request_id=request_id, arrival_s=0.0, prompt_tokens=prompt, output_tokens=output)
+    return Sequence(
+        request_id=request_id, arrival_s=0.0, prompt_tokens=prompt, output_tokens=output
+    )
 
 
 def policy(**overrides: int | bool) -> ContinuousBatching:

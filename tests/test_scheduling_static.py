@@ -7,7 +7,9 @@ from workbench.scheduling.static import StaticBatching
 
 
 def seq(request_id: int, prompt: int, output: int, arrival_s: float = 0.0) -> Sequence:
-    return Sequence(request_id=request_id, arrival_s=arrival_s, prompt_tokens=prompt, output_tokens=output)
+    return Sequence(
+        request_id=request_id, arrival_s=arrival_s, prompt_tokens=prompt, output_tokens=output
+    )
 
 
 def test_batch_runs_padded_until_longest_member_and_members_finish_at_their_own_length() -> None:

@@ -15,4 +15,12 @@ class WorkbenchError(Exception):
     def one_line(self) -> str:
         parts = [p for p in (self.source, self.field) if p]
         prefix = ": ".join(parts)
-        return f"{prefix}: {self.detail}" if prefix else self.detail
+        text = f"{prefix}: {self.detail}" if prefix else self.detail
+        return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+    def with_source(self, source: str) -> WorkbenchError:
+        """Name the file the bad input came from, when the raiser did not know it."""
+        if self.source is None:
+            self.source = source
+            self.args = (self.one_line(),)
+        return self

@@ -16,7 +16,7 @@ from workbench.metrics import summarize
 from workbench.records import RunMeta, RunRecords
 from workbench.scenario.scenario import Scenario
 from workbench.store.db import ResultsStore
-from workbench.sweep import SweepPoint, expand
+from workbench.sweep import SweepPoint, expand, point_source
 
 ProgressFactory = Callable[[int, str], Callable[[int], None] | None]  # (total, label) → update
 
@@ -35,7 +35,11 @@ def run_scenario(
     source: str,
     progress: ProgressFactory | None = None,
 ) -> list[RunOutcome]:
-    """Run each point not yet complete in `store`; an interrupted sweep resumes."""
+    """Run each point not yet complete in `store`; an interrupted sweep resumes.
+
+    Errors the backends raise without a file (unknown GPU, weights that do not fit...)
+    name `source`, the scenario file, and the sweep point.
+    """
     points = expand(scenario, source=source)
     done = store.completed_hashes()
     outcomes = []
@@ -43,7 +47,10 @@ def run_scenario(
         if point.values and point.scenario.config_hash() in done:
             outcomes.append(RunOutcome(None, point, None))
             continue
-        outcomes.append(run_point(point, store, progress=progress))
+        try:
+            outcomes.append(run_point(point, store, progress=progress))
+        except WorkbenchError as error:
+            raise error.with_source(point_source(source, point.values)) from None
     return outcomes
 
 

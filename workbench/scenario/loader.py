@@ -28,14 +28,20 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise WorkbenchError("file not found", source=str(path))
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise WorkbenchError(f"not a UTF-8 text file ({exc.reason})", source=str(path)) from None
+    except OSError as exc:
+        raise WorkbenchError(f"cannot read ({exc.strerror})", source=str(path)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise WorkbenchError(f"{where}malformed YAML ({problem})", source=str(path)) from None
     if not isinstance(data, dict):
-        raise WorkbenchError("expected a mapping of scenario fields at the top level", source=str(path))
+        raise WorkbenchError(
+            "expected a mapping of scenario fields at the top level", source=str(path)
+        )
     return data
 
 
@@ -44,7 +50,17 @@ def apply_override(data: dict[str, Any], item: str, *, source: str) -> None:
     if "=" not in item:
         raise WorkbenchError(f"--set expects dotted.path=value, got {item!r}", source=source)
     dotted, raw = item.split("=", 1)
-    set_dotted(data, dotted.strip(), yaml.safe_load(raw), source=source)
+    dotted = dotted.strip()
+    if not dotted or "" in dotted.split("."):
+        raise WorkbenchError(f"--set expects dotted.path=value, got {item!r}", source=source)
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise WorkbenchError(
+            f"--set {dotted}: the value {raw!r} is not valid YAML ({problem})", source=source
+        ) from None
+    set_dotted(data, dotted, value, source=source)
 
 
 def set_dotted(data: dict[str, Any], dotted: str, value: Any, *, source: str) -> None:
@@ -74,7 +90,9 @@ def validate_scenario(data: dict[str, Any], *, source: str, base_dir: Path) -> S
 
 
 def _first_error(exc: ValidationError, data: dict[str, Any], source: str) -> WorkbenchError:
-    err = exc.errors(include_url=False)[0]
+    errors = exc.errors(include_url=False)
+    # An unknown key is usually a typo, and the cause of any "missing" error beside it.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = _data_path(err["loc"], data)
     dotted = ".".join(str(p) for p in loc)
     if err["type"] == "extra_forbidden":
@@ -83,12 +101,22 @@ def _first_error(exc: ValidationError, data: dict[str, Any], source: str) -> Wor
         expected = err.get("ctx", {}).get("expected_tags", "")
         got = err.get("ctx", {}).get("tag")
         return WorkbenchError(
-            f"unknown kind {got!r}; expected one of {expected}", source=source, field=f"{dotted}.kind"
+            f"unknown kind {got!r}; expected one of {expected}",
+            source=source,
+            field=f"{dotted}.kind",
         )
     if err["type"] == "union_tag_not_found":
-        return WorkbenchError("missing `kind` (selects the variant)", source=source, field=dotted)
+        kinds = ", ".join(repr(k) for k in _union_kinds(loc, data))
+        expected = f"; expected one of {kinds}" if kinds else ""
+        return WorkbenchError(
+            f"missing `kind` (selects the variant){expected}", source=source, field=dotted
+        )
+    if err["type"] == "missing":
+        about = _field_description(loc, data)
+        about = f" ({about.rstrip('.')})" if about else ""
+        return WorkbenchError(f"required field is missing{about}", source=source, field=dotted)
     message = err["msg"]
-    if err["type"] != "missing" and "input" in err and not isinstance(err["input"], dict):
+    if "input" in err and not isinstance(err["input"], dict):
         message += f", got {err['input']!r}"
     return WorkbenchError(_expected(message), source=source, field=dotted or None)
 
@@ -109,10 +137,9 @@ def _data_path(loc: tuple[Any, ...], data: Any) -> list[Any]:
     path: list[Any] = []
     node = data
     for part in loc:
-        if isinstance(node, dict) and part in node:
-            path.append(part)
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+        if (isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and part < len(node)
+        ):
             path.append(part)
             node = node[part]
         elif isinstance(node, dict) and node.get("kind") == part:
@@ -133,14 +160,40 @@ def _unknown_key_message(loc: list[Any], data: dict[str, Any]) -> str:
 
 
 def _known_fields(parent: list[Any], data: dict[str, Any]) -> list[str]:
+    model = _model_at(parent, data)
+    return list(model.model_fields) if model is not None else []
+
+
+def _field_description(loc: list[Any], data: dict[str, Any]) -> str:
+    model = _model_at(loc[:-1], data)
+    field = model.model_fields.get(str(loc[-1])) if model is not None and loc else None
+    return (field.description or "") if field is not None else ""
+
+
+def _union_kinds(loc: list[Any], data: dict[str, Any]) -> list[str]:
+    """The `kind` values a discriminated-union field at `loc` accepts."""
+    model = _model_at(loc[:-1], data)
+    field = model.model_fields.get(str(loc[-1])) if model is not None and loc else None
+    if field is None:
+        return []
+    kinds = []
+    for candidate in _flatten(field.annotation):
+        tag = getattr(candidate, "model_fields", {}).get("kind")
+        if tag is not None:
+            kinds.extend(typing.get_args(tag.annotation))
+    return kinds
+
+
+def _model_at(path: list[Any], data: dict[str, Any]) -> type[BaseModel] | None:
+    """The model that validates the mapping at `path` (None when it cannot be told)."""
     model: Any = Scenario
     node: Any = data
-    for part in parent:
+    for part in path:
         node = node.get(part) if isinstance(node, dict) else None
         model = _field_model(model, str(part), node)
         if model is None:
-            return []
-    return list(model.model_fields)
+            return None
+    return model
 
 
 def _field_model(model: type[BaseModel], name: str, node: Any) -> type[BaseModel] | None:

@@ -156,4 +156,3 @@ class SimulatorConfig(StrictModel):
         description="Advance decode spans between scheduling events in bulk (same results as "
         "step by step, much faster). Off: one simpy event per step.",
     )
-

@@ -38,7 +38,9 @@ class TraceArrivals(StrictModel):
     column: str = Field(default="arrived_at", description="Column holding arrival times.")
     time_unit: Literal["s", "ms"] = Field(default="s", description="Unit of the time column.")
     time_scale: float = Field(
-        default=1.0, gt=0, description="Multiply gaps by this (0.5 replays the trace twice as fast)."
+        default=1.0,
+        gt=0,
+        description="Multiply gaps by this (0.5 replays the trace twice as fast).",
     )
 
 
@@ -46,7 +48,9 @@ class ClosedLoopArrivals(StrictModel):
     kind: Literal["closed_loop"] = Field(
         description="Fixed concurrency: each client sends its next request when the last ends."
     )
-    concurrency: int = Field(gt=0, description="Number of clients, each with one request in flight.")
+    concurrency: int = Field(
+        gt=0, description="Number of clients, each with one request in flight."
+    )
     think_time_s: float = Field(
         default=0.0, ge=0, description="Pause between a response and the client's next request."
     )
@@ -94,7 +98,9 @@ class LognormalLength(StrictModel):
     mean: float = Field(gt=0, description="Mean length in tokens.")
     std: float = Field(gt=0, description="Standard deviation of the length in tokens.")
     min: int = Field(default=1, gt=0, description="Smallest admissible length (redrawn below).")
-    max: int | None = Field(default=None, gt=0, description="Largest admissible length (redrawn above).")
+    max: int | None = Field(
+        default=None, gt=0, description="Largest admissible length (redrawn above)."
+    )
 
 
 class EmpiricalLength(StrictModel):
@@ -147,7 +153,9 @@ class WorkloadConfig(StrictModel):
     def _one_length_source(self) -> WorkloadConfig:
         separate = self.prompt_tokens is not None or self.output_tokens is not None
         if self.lengths_from_trace is not None and separate:
-            raise ValueError("give either lengths_from_trace or prompt_tokens/output_tokens, not both")
+            raise ValueError(
+                "give either lengths_from_trace or prompt_tokens/output_tokens, not both"
+            )
         if self.lengths_from_trace is None and (
             self.prompt_tokens is None or self.output_tokens is None
         ):

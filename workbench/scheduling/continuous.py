@@ -42,7 +42,9 @@ class ContinuousBatching(BatchPolicy):
         self.block_size = block_size
         self.max_batch_size = max_batch_size
         self.chunked_prefill = chunked_prefill
-        self.token_budget = min(chunk_size, max_batched_tokens) if chunked_prefill else max_batched_tokens
+        self.token_budget = (
+            min(chunk_size, max_batched_tokens) if chunked_prefill else max_batched_tokens
+        )
         self.watermark_blocks = int(WATERMARK * num_blocks)
         self.step = 0
         self.used_blocks = 0
@@ -88,11 +90,11 @@ class ContinuousBatching(BatchPolicy):
     def _reserve_decode_blocks(self) -> list[Sequence]:
         """Allocate this step's decode blocks, preempting the newest sequences if short."""
         preempted: list[Sequence] = []
-        need = int(self.decoding.block_demand(self.step, 1)[0])
+        need = self.decoding.block_demand_at(self.step)
         while need > self.free_blocks():
             victim = self._preempt_newest()
             preempted.append(victim)
-            need = int(self.decoding.block_demand(self.step, 1)[0])
+            need = self.decoding.block_demand_at(self.step)
         self.used_blocks += need
         self._decode_reserved_step = self.step
         return preempted
@@ -149,8 +151,11 @@ class ContinuousBatching(BatchPolicy):
     def _plan(self, chunks: list[PrefillChunk], preempted: list[Sequence]) -> StepPlan:
         size = len(self.decoding)
         repeat = 1 if chunks else self._repeatable_decode_steps()
-        demand = self.decoding.block_demand(self.step + 1, repeat - 1)
-        used = self.used_blocks + np.concatenate(([0], np.cumsum(demand)))  # (repeat,)
+        if repeat == 1:
+            used = np.array([self.used_blocks])
+        else:
+            demand = self.decoding.block_demand(self.step + 1, repeat - 1)
+            used = self.used_blocks + np.concatenate(([0], np.cumsum(demand)))  # (repeat,)
         return StepPlan(
             step=self.step,
             prefills=chunks,

@@ -57,6 +57,10 @@ class DecodeSet:
         """Σ KV length including the new token, for the step run at counter `step`."""
         return self._offset_sum + len(self.members) * (step + 1)
 
+    def block_demand_at(self, step: int) -> int:
+        """New blocks needed by the one step run at counter `step`."""
+        return int(self.residue_counts[step % self.block_size])
+
     def block_demand(self, step: int, n_steps: int) -> np.ndarray:
         """New blocks needed by each of the next `n_steps` steps from counter `step`."""
         return decode_block_demand(self.residue_counts, step, n_steps)

@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from workbench.errors import WorkbenchError
+from workbench.scenario.system import (
+    ContinuousBatchingConfig,
+    SchedulerConfig,
+    StaticBatchingConfig,
+)
 from workbench.scheduling.blocks import blocks_for
 from workbench.scheduling.continuous import WATERMARK, ContinuousBatching
 from workbench.scheduling.policy import BatchPolicy
 from workbench.scheduling.static import StaticBatching
-from workbench.scenario.system import ContinuousBatchingConfig, SchedulerConfig, StaticBatchingConfig
 
 
 def _continuous(cfg: ContinuousBatchingConfig, num_blocks: int) -> BatchPolicy:

@@ -32,7 +32,10 @@ class LeastOutstanding(Router):
         return counts.index(min(counts))
 
 
-ROUTERS: dict[str, type[Router]] = {"round_robin": RoundRobin, "least_outstanding": LeastOutstanding}
+ROUTERS: dict[str, type[Router]] = {
+    "round_robin": RoundRobin,
+    "least_outstanding": LeastOutstanding,
+}
 
 
 def build_router(kind: str) -> Router:

@@ -65,7 +65,9 @@ class StaticBatching(BatchPolicy):
             seq.computed = self.padded_prompt + self.batch_steps - 1
             if seq in started:
                 seq.first_emit_step = plan.step
-        finished = [s for s in self.live if s.generated >= s.output_tokens or s.request_id in stopped]
+        finished = [
+            s for s in self.live if s.generated >= s.output_tokens or s.request_id in stopped
+        ]
         self.live = [s for s in self.live if s not in finished]
         if not self.live:
             self._end_batch()

@@ -1,0 +1,112 @@
+"""PyTorch reference for paged attention with an intra-step tree mask, and its cache helpers.
+
+These three functions are the contract the Triton kernels implement with the same signatures;
+on CPU the runner calls these references directly. This module imports nothing from the project.
+
+Layout (chosen for a simple kernel grid over batch x heads x query tiles):
+
+* Paged caches, one pair per layer: ``k_cache``/``v_cache`` of shape
+  ``(num_blocks, block_size, n_kv_heads, head_dim)``. Slot ``s`` is block ``s // block_size``,
+  offset ``s % block_size``; ``k_cache.view(-1, n_kv_heads, head_dim)[s]`` is that slot.
+* Queries are **padded** per sequence: ``q`` is ``(B, Q, n_heads, head_dim)`` with ``Q`` the
+  largest number of new tokens in the step; sequence ``b`` uses the first ``new_lens[b]`` rows.
+  Padded rows produce zeros.
+* The new tokens' K/V are already written in the cache, at the positions
+  ``context_lens[b] .. context_lens[b] + new_lens[b] - 1`` of sequence ``b``. So a new token
+  attends to the ``context_lens[b]`` cached tokens, and to new token ``j`` where
+  ``tree_mask[b, i, j]`` is true (``None`` means causal among the new tokens). A mask row must
+  include its own token (the diagonal), or a token with no context would see nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["copy_blocks", "paged_tree_attention", "write_kv"]
+
+
+def write_kv(
+    k_cache: torch.Tensor,  # (num_blocks, block_size, n_kv, hd)
+    v_cache: torch.Tensor,  # (num_blocks, block_size, n_kv, hd)
+    k: torch.Tensor,  # (N, n_kv, hd)
+    v: torch.Tensor,  # (N, n_kv, hd)
+    slot_mapping: torch.Tensor,  # (N,) int64 flat slot per token; < 0 = padding, skipped
+) -> None:
+    """Scatter the K/V of ``N`` new tokens into their paged slots, in place."""
+    valid = slot_mapping >= 0  # (N,)
+    slots = slot_mapping[valid]  # (n,)
+    n_kv, hd = k_cache.shape[-2:]
+    k_cache.view(-1, n_kv, hd)[slots] = k[valid].to(k_cache.dtype)
+    v_cache.view(-1, n_kv, hd)[slots] = v[valid].to(v_cache.dtype)
+
+
+def copy_blocks(
+    k_cache: torch.Tensor,  # (num_blocks, block_size, n_kv, hd)
+    v_cache: torch.Tensor,  # (num_blocks, block_size, n_kv, hd)
+    src: torch.Tensor,  # (M,) int64 source block ids
+    dst: torch.Tensor,  # (M,) int64 destination block ids, distinct and disjoint from src
+) -> None:
+    """Copy whole blocks ``src[m] -> dst[m]`` in place (copy-on-write of a shared block)."""
+    if src.numel() == 0:
+        return
+    k_cache[dst] = k_cache[src]
+    v_cache[dst] = v_cache[src]
+
+
+def causal_mask(batch: int, q_len: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The default intra-step mask: lower triangular, ``(B, Q, Q)`` bool."""
+    tri = torch.ones(q_len, q_len, dtype=torch.bool, device=device).tril()
+    return tri.expand(batch, q_len, q_len)
+
+
+def paged_tree_attention(
+    q: torch.Tensor,  # (B, Q, nh, hd) padded new queries
+    k_cache: torch.Tensor,  # (num_blocks, block_size, n_kv, hd)
+    v_cache: torch.Tensor,  # (num_blocks, block_size, n_kv, hd)
+    block_tables: torch.Tensor,  # (B, max_blocks) int; entries past a sequence's end ignored
+    context_lens: torch.Tensor,  # (B,) int cached tokens before this step
+    new_lens: torch.Tensor,  # (B,) int new tokens this step (<= Q)
+    tree_mask: torch.Tensor | None,  # (B, Q, Q) bool, [b, i, j]: new i sees new j; None = causal
+    scale: float,
+) -> torch.Tensor:  # (B, Q, nh, hd), zeros on padded rows
+    """Attention of each new token over its sequence's cached context and visible new tokens."""
+    B, Q, nh, hd = q.shape
+    _, block_size, n_kv, _ = k_cache.shape
+    assert nh % n_kv == 0, "n_heads must be a multiple of n_kv_heads"
+    device = q.device
+    context_lens = context_lens.to(device=device, dtype=torch.long)
+    new_lens = new_lens.to(device=device, dtype=torch.long)
+    if tree_mask is None:
+        tree_mask = causal_mask(B, Q, device)
+    total = context_lens + new_lens  # (B,)
+    L = max(int(total.max().item()) if B else 0, 1)
+
+    # Gather every sequence's keys/values for positions 0..L-1 through its block table.
+    pos = torch.arange(L, device=device)  # (L,)
+    max_blocks = block_tables.shape[1]
+    block_idx = (pos // block_size).clamp(max=max_blocks - 1)  # (L,)
+    blocks = block_tables.to(device=device, dtype=torch.long)[:, block_idx].clamp(min=0)  # (B, L)
+    slots = blocks * block_size + pos % block_size  # (B, L)
+    k = k_cache.view(-1, n_kv, hd)[slots]  # (B, L, n_kv, hd)
+    v = v_cache.view(-1, n_kv, hd)[slots]  # (B, L, n_kv, hd)
+
+    # Visibility (B, Q, L): the whole context, then the new tokens through the tree mask.
+    ctx = context_lens[:, None, None]  # (B, 1, 1)
+    key_pos = pos[None, None, :]  # (1, 1, L)
+    new_j = (key_pos - ctx).clamp(0, Q - 1).expand(B, Q, L)  # (B, Q, L) index among new tokens
+    in_tree = torch.gather(tree_mask.to(device=device, dtype=torch.bool), 2, new_j)  # (B, Q, L)
+    is_new = (key_pos >= ctx) & (key_pos < total[:, None, None])  # (B, 1, L)
+    visible = (key_pos < ctx) | (is_new & in_tree)  # (B, Q, L)
+    row_valid = torch.arange(Q, device=device)[None, :] < new_lens[:, None]  # (B, Q)
+    visible = visible & row_valid[:, :, None]
+
+    # Grouped-query attention: each kv head serves nh // n_kv query heads.
+    group = nh // n_kv
+    k = k.repeat_interleave(group, dim=2).transpose(1, 2)  # (B, nh, L, hd)
+    v = v.repeat_interleave(group, dim=2).transpose(1, 2)  # (B, nh, L, hd)
+    qh = q.transpose(1, 2)  # (B, nh, Q, hd)
+    scores = (qh.float() @ k.float().transpose(-1, -2)) * scale  # (B, nh, Q, L)
+    scores = scores.masked_fill(~visible[:, None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows with nothing visible -> 0
+    out = probs @ v.float()  # (B, nh, Q, hd)
+    return out.transpose(1, 2).to(q.dtype)  # (B, Q, nh, hd)

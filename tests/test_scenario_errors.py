@@ -1,0 +1,378 @@
+"""Bad input through the CLI: exit 2 and one `error:` line naming file, field and expectation."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from workbench.cli import main
+from workbench.store.db import ResultsStore
+
+TRACE = Path(__file__).resolve().parent.parent / "data" / "traces" / "splitwise_conv.csv"
+
+MINIMAL: dict[str, Any] = {
+    "name": "minimal",
+    "seed": 1,
+    "workload": {
+        "num_requests": 20,
+        "arrival": {"kind": "poisson", "rate_per_s": 4.0},
+        "prompt_tokens": {"kind": "fixed", "value": 64},
+        "output_tokens": {"kind": "fixed", "value": 8},
+    },
+    "model": {"name": "llama-3-8b"},
+    "hardware": {"gpu": "h100-sxm"},
+    "scheduler": {"kind": "continuous"},
+}
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def scenario(**changes: Any) -> dict[str, Any]:
+    """MINIMAL with `dotted__path=value` changes (a value of DELETE removes the key)."""
+    data = copy.deepcopy(MINIMAL)
+    for key, value in changes.items():
+        *parents, last = key.split("__")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        if value is DELETE:
+            del node[last]
+        else:
+            node[last] = value
+    return data
+
+
+DELETE = object()
+
+
+def write(tmp_path: Path, data: dict[str, Any] | str, name: str = "bad.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def fails(capsys: pytest.CaptureFixture[str], args: list[str], *expected: str) -> str:
+    """Run the CLI in-process; assert exit 2 and one `error:` line holding every substring."""
+    rc = main(args)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    line = lines[0]
+    assert line.startswith("error: "), line
+    for part in expected:
+        assert part in line, f"{part!r} not in {line!r}"
+    return line
+
+
+def validate_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: dict[str, Any] | str, *expected: str
+) -> str:
+    path = write(tmp_path, data)
+    return fails(capsys, ["validate", str(path)], str(path), *expected)
+
+
+def run_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: dict[str, Any], *expected: str
+) -> str:
+    """`workbench run` must fail with the message and leave no run in the database."""
+    path = write(tmp_path, data)
+    db = tmp_path / "results.duckdb"
+    line = fails(capsys, ["run", str(path), "--db", str(db), "--no-progress"], *expected)
+    if db.exists():
+        with ResultsStore.open(db, read_only=True) as store:
+            assert store.list_runs() == []
+    return line
+
+
+def mutate(change: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+    data = copy.deepcopy(MINIMAL)
+    change(data)
+    return data
+
+
+# ---------------------------------------------------------------------- the file itself
+
+
+def test_minimal_fixture_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, MINIMAL, "ok.yaml")
+    assert main(["validate", str(path)]) == 0
+    assert "ok" in capsys.readouterr().out
+
+
+def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.yaml"
+    fails(capsys, ["validate", str(missing)], str(missing), "file not found")
+
+
+def test_malformed_yaml_names_the_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = "name: t\nseed: 1\nworkload: [1, 2\nmodel: x\n"
+    validate_fails(tmp_path, capsys, text, "line 4", "malformed YAML")
+
+
+def test_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(b"\xff\xfe\x00 name: x")
+    fails(capsys, ["validate", str(path)], str(path), "UTF-8")
+
+
+def test_top_level_not_a_mapping(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    validate_fails(tmp_path, capsys, "- a\n- b\n", "expected a mapping")
+
+
+# ---------------------------------------------------------------------- keys
+
+
+def test_unknown_top_level_key_did_you_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = mutate(lambda d: d.__setitem__("schedular", d.pop("scheduler")))
+    validate_fails(tmp_path, capsys, data, "schedular", "unknown key", "did you mean 'scheduler'")
+
+
+def test_unknown_nested_key_did_you_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = scenario(scheduler__max_batch_sise=8)
+    validate_fails(
+        tmp_path, capsys, data, "scheduler.max_batch_sise", "did you mean 'max_batch_size'"
+    )
+
+
+def test_unknown_key_inside_a_variant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = scenario(workload__arrival={"kind": "poisson", "rate_per_sec": 2})
+    validate_fails(
+        tmp_path, capsys, data, "workload.arrival.rate_per_sec", "did you mean 'rate_per_s'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "section", "bad", "allowed"),
+    [
+        ("workload__arrival", {"rate_per_s": 1}, "poison", ["'poisson'", "'gamma'", "'trace'"]),
+        ("workload__prompt_tokens", {"value": 8}, "zipf", ["'fixed'", "'uniform'", "'empirical'"]),
+        ("scheduler", {}, "fifo", ["'continuous'", "'static'"]),
+        ("cost_model", {}, "magic", ["'roofline'", "'vidur_profile'"]),
+    ],
+)
+def test_unknown_kind_lists_the_kinds(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    key: str,
+    section: dict[str, Any],
+    bad: str,
+    allowed: list[str],
+) -> None:
+    data = scenario(**{key: {"kind": bad, **section}})
+    dotted = key.replace("__", ".") + ".kind"
+    validate_fails(tmp_path, capsys, data, dotted, f"unknown kind {bad!r}", *allowed)
+
+
+def test_missing_kind_lists_the_kinds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = scenario(workload__arrival__kind=DELETE)
+    validate_fails(tmp_path, capsys, data, "workload.arrival:", "missing `kind`", "'poisson'")
+
+
+def test_missing_required_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = scenario(workload__num_requests=DELETE)
+    validate_fails(tmp_path, capsys, data, "workload.num_requests", "required field is missing")
+
+
+# ---------------------------------------------------------------------- values
+
+
+def test_wrong_type(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = scenario(workload__arrival__rate_per_s="fast")
+    validate_fails(tmp_path, capsys, data, "workload.arrival.rate_per_s", "number", "'fast'")
+
+
+@pytest.mark.parametrize(
+    ("changes", "dotted", "expected"),
+    [
+        ({"workload__arrival__rate_per_s": -1}, "workload.arrival.rate_per_s", "greater than 0"),
+        (
+            {"workload__arrival": {"kind": "gamma", "rate_per_s": 1, "cv": 0}},
+            "workload.arrival.cv",
+            "greater than 0",
+        ),
+        (
+            {"scheduler__kv_cache": {"gpu_memory_utilization": 1.5}},
+            "scheduler.kv_cache.gpu_memory_utilization",
+            "less than or equal to 1",
+        ),
+        ({"workload__num_requests": 0}, "workload.num_requests", "greater than 0"),
+    ],
+)
+def test_out_of_range(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    changes: dict[str, Any],
+    dotted: str,
+    expected: str,
+) -> None:
+    validate_fails(tmp_path, capsys, scenario(**changes), dotted, expected)
+
+
+def test_uniform_high_below_low(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = scenario(workload__prompt_tokens={"kind": "uniform", "low": 100, "high": 10})
+    validate_fails(tmp_path, capsys, data, "workload.prompt_tokens", "high (10)", "low (100)")
+
+
+def test_both_length_sources(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = scenario(workload__lengths_from_trace={"path": str(TRACE)})
+    validate_fails(tmp_path, capsys, data, "workload:", "lengths_from_trace", "not both")
+
+
+def test_no_length_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = scenario(workload__prompt_tokens=DELETE, workload__output_tokens=DELETE)
+    validate_fails(tmp_path, capsys, data, "workload:", "prompt_tokens", "lengths_from_trace")
+
+
+@pytest.mark.parametrize(
+    ("key", "section", "dotted"),
+    [
+        ("workload__arrival", {"kind": "trace", "path": "nope.csv"}, "workload.arrival.path"),
+        (
+            "workload__prompt_tokens",
+            {"kind": "empirical", "path": "nope.csv", "column": "x"},
+            "workload.prompt_tokens.path",
+        ),
+    ],
+)
+def test_data_file_not_found(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    key: str,
+    section: dict[str, Any],
+    dotted: str,
+) -> None:
+    validate_fails(tmp_path, capsys, scenario(**{key: section}), dotted, "file not found: nope.csv")
+
+
+def test_csv_column_not_found(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = scenario(
+        workload__prompt_tokens={"kind": "empirical", "path": str(TRACE), "column": "n"}
+    )
+    run_fails(
+        tmp_path,
+        capsys,
+        data,
+        str(TRACE),
+        "no column 'n'",
+        "'arrived_at'",
+        "'num_prefill_tokens'",
+        "'num_decode_tokens'",
+    )
+
+
+# ---------------------------------------------------------------------- run-time checks
+
+
+def test_unknown_gpu_did_you_mean(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = run_fails(
+        tmp_path, capsys, scenario(hardware__gpu="h100-sxn"), "hardware.gpu", "'h100-sxm'"
+    )
+    assert str(tmp_path / "bad.yaml") in line
+
+
+def test_unknown_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = run_fails(
+        tmp_path, capsys, scenario(model__name="gpt-9"), "model.name", "'gpt-9'", "llama-3-8b"
+    )
+    assert str(tmp_path / "bad.yaml") in line
+
+
+def test_weights_do_not_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = scenario(model__name="llama-2-70b", hardware__gpu="a100-80gb")
+    line = run_fails(tmp_path, capsys, data, "hardware.tensor_parallel", "GiB")
+    assert str(tmp_path / "bad.yaml") in line
+
+
+def test_chunk_below_batch_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = scenario(
+        scheduler={
+            "kind": "continuous",
+            "chunked_prefill": True,
+            "chunk_size": 64,
+            "max_batch_size": 128,
+        }
+    )
+    line = run_fails(tmp_path, capsys, data, "scheduler.chunk_size", "max_batch_size (128)")
+    assert str(tmp_path / "bad.yaml") in line
+
+
+# ---------------------------------------------------------------------- CLI input
+
+
+def test_set_without_equals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, MINIMAL)
+    fails(capsys, ["validate", str(path), "--set", "seed"], str(path), "--set", "'seed'")
+
+
+def test_set_with_bad_yaml_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, MINIMAL)
+    fails(capsys, ["validate", str(path), "--set", "seed=[1"], str(path), "--set seed", "YAML")
+
+
+def test_set_value_validated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, MINIMAL)
+    args = ["validate", str(path), "--set", "workload.arrival.rate_per_s=-3"]
+    fails(capsys, args, str(path), "workload.arrival.rate_per_s", "greater than 0")
+
+
+def test_sweep_over_unknown_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = scenario(sweep={"grid": {"workload.arival.rate_per_s": [1, 2]}})
+    path = write(tmp_path, data)
+    db = tmp_path / "results.duckdb"
+    args = ["run", str(path), "--db", str(db), "--no-progress"]
+    fails(capsys, args, str(path), "workload.arival.rate_per_s", "did you mean 'arrival'")
+    assert not db.exists()  # failed before anything ran
+
+
+def test_sweep_with_a_bad_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = scenario(sweep={"grid": {"workload.arrival.rate_per_s": [1, -2]}})
+    path = write(tmp_path, data)
+    db = tmp_path / "results.duckdb"
+    args = ["run", str(path), "--db", str(db), "--no-progress"]
+    fails(capsys, args, str(path), "workload.arrival.rate_per_s", "greater than 0")
+    assert not db.exists()
+
+
+def test_sweep_with_no_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = scenario(sweep={"grid": {"seed": []}})
+    validate_fails(tmp_path, capsys, data, "sweep.grid.seed", "non-empty")
+
+
+def test_corrupt_database_left_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, MINIMAL, "ok.yaml")
+    db = tmp_path / "results.duckdb"
+    garbage = os.urandom(64) + b"not a database" * 100
+    db.write_bytes(garbage)
+    fails(capsys, ["run", str(path), "--db", str(db), "--no-progress"], str(db))
+    assert db.read_bytes() == garbage
+    fails(capsys, ["runs", "--db", str(db)], str(db))
+    assert db.read_bytes() == garbage
+
+
+def test_entry_point_exit_code_and_no_traceback(tmp_path: Path) -> None:
+    path = write(tmp_path, scenario(scheduler__max_batch_sise=8))
+    done = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith("error: ")
+    assert "scheduler.max_batch_sise" in done.stderr
