@@ -1,0 +1,180 @@
+"""Paged KV cache: fixed-size blocks, per-sequence block tables, reference counts.
+
+A sequence is a list of block ids and a length (tokens written). ``fork`` shares every block of
+the parent with the child (refcount + 1). Before a sequence writes into a block that another
+table also holds (a shared, partly filled last block), that block is copied (copy-on-write), so
+neither side ever sees the other's new tokens. ``truncate`` rolls a sequence back (rejected
+speculative tokens) and frees the whole blocks past the new length. A block returns to the free
+list only when no table holds it.
+
+Memory: ``k``/``v`` are ``(n_layers, num_blocks, block_size, n_kv_heads, head_dim)``; layer
+``l``'s cache ``k[l]`` is what ``kernels.paged_attention`` takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+
+import torch
+
+from kernels.paged_attention import copy_blocks
+
+SeqId = Hashable
+
+
+class OutOfBlocks(RuntimeError):
+    """The pool has too few free blocks for the request; nothing was changed."""
+
+
+class BlockAllocator:
+    """Free list and reference counts of ``num_blocks`` block ids."""
+
+    def __init__(self, num_blocks: int):
+        self.num_blocks = num_blocks
+        self.refcount = [0] * num_blocks
+        self._free = list(range(num_blocks - 1, -1, -1))  # pop() hands out low ids first
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def allocate(self) -> int:
+        if not self._free:
+            raise OutOfBlocks("no free KV-cache block")
+        block = self._free.pop()
+        self.refcount[block] = 1
+        return block
+
+    def incref(self, block: int) -> None:
+        assert self.refcount[block] > 0, f"block {block} is free"
+        self.refcount[block] += 1
+
+    def decref(self, block: int) -> None:
+        assert self.refcount[block] > 0, f"block {block} is already free"
+        self.refcount[block] -= 1
+        if self.refcount[block] == 0:
+            self._free.append(block)
+
+
+class PagedKVCache:
+    """K/V storage for all layers plus the block tables of the live sequences."""
+
+    def __init__(
+        self,
+        n_layers: int,
+        num_blocks: int,
+        block_size: int,
+        n_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ):
+        shape = (n_layers, num_blocks, block_size, n_kv_heads, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.block_size = block_size
+        self.allocator = BlockAllocator(num_blocks)
+        self.tables: dict[SeqId, list[int]] = {}
+        self.lengths: dict[SeqId, int] = {}
+
+    # -- queries ---------------------------------------------------------------------------
+    @property
+    def n_layers(self) -> int:
+        return self.k.shape[0]
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.allocator.num_free
+
+    def length(self, seq: SeqId) -> int:
+        return self.lengths[seq]
+
+    def slot(self, seq: SeqId, position: int) -> int:
+        """Flat slot of token ``position`` of ``seq``."""
+        block = self.tables[seq][position // self.block_size]
+        return block * self.block_size + position % self.block_size
+
+    def block_tables(self, seqs: Iterable[SeqId]) -> torch.Tensor:
+        """``(B, max_blocks)`` int64, padded with -1."""
+        rows = [self.tables[s] for s in seqs]
+        width = max((len(r) for r in rows), default=0) or 1
+        out = torch.full((len(rows), width), -1, dtype=torch.long)
+        for b, row in enumerate(rows):
+            out[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+        return out.to(self.k.device)
+
+    # -- sequence lifecycle ----------------------------------------------------------------
+    def allocate(self, seq: SeqId, n_tokens: int = 0) -> list[int]:
+        """Start a new sequence with ``n_tokens`` reserved slots; return their flat slots."""
+        if seq in self.tables:
+            raise ValueError(f"sequence {seq!r} already exists")
+        self.tables[seq] = []
+        self.lengths[seq] = 0
+        try:
+            return self.append_slots(seq, n_tokens)
+        except OutOfBlocks:
+            del self.tables[seq], self.lengths[seq]
+            raise
+
+    def append_slots(self, seq: SeqId, n_tokens: int) -> list[int]:
+        """Reserve the next ``n_tokens`` positions of ``seq`` and return their flat slots.
+
+        Copies the last block first when it is partly filled and shared (copy-on-write), and
+        allocates new blocks as needed. All-or-nothing: raises OutOfBlocks before any change.
+        """
+        table, length, bs = self.tables[seq], self.lengths[seq], self.block_size
+        if n_tokens <= 0:
+            return []
+        needs_cow = length % bs != 0 and self.allocator.refcount[table[-1]] > 1
+        new_blocks = -(-(length + n_tokens) // bs) - len(table)
+        if new_blocks + needs_cow > self.allocator.num_free:
+            raise OutOfBlocks(
+                f"sequence {seq!r} needs {new_blocks + needs_cow} blocks, "
+                f"{self.allocator.num_free} free"
+            )
+        if needs_cow:
+            self._copy_on_write(seq)
+        for _ in range(new_blocks):
+            table.append(self.allocator.allocate())
+        self.lengths[seq] = length + n_tokens
+        return [self.slot(seq, p) for p in range(length, length + n_tokens)]
+
+    def fork(self, parent: SeqId, child: SeqId) -> SeqId:
+        """New sequence ``child`` sharing all of ``parent``'s blocks (its whole prefix)."""
+        if child in self.tables:
+            raise ValueError(f"sequence {child!r} already exists")
+        table = self.tables[parent]
+        for block in table:
+            self.allocator.incref(block)
+        self.tables[child] = list(table)
+        self.lengths[child] = self.lengths[parent]
+        return child
+
+    def truncate(self, seq: SeqId, n_tokens: int) -> None:
+        """Roll ``seq`` back to its first ``n_tokens`` tokens; free the blocks past them."""
+        if not 0 <= n_tokens <= self.lengths[seq]:
+            raise ValueError(f"cannot truncate {seq!r} of length {self.lengths[seq]} to {n_tokens}")
+        table = self.tables[seq]
+        keep = -(-n_tokens // self.block_size)
+        for block in table[keep:]:
+            self.allocator.decref(block)
+        del table[keep:]
+        self.lengths[seq] = n_tokens
+
+    def free(self, seq: SeqId) -> None:
+        """Drop ``seq``; its blocks return to the pool once no other sequence holds them."""
+        for block in self.tables.pop(seq):
+            self.allocator.decref(block)
+        del self.lengths[seq]
+
+    # -- internals -------------------------------------------------------------------------
+    def _copy_on_write(self, seq: SeqId) -> None:
+        table = self.tables[seq]
+        old = table[-1]
+        new = self.allocator.allocate()
+        src = torch.tensor([old], device=self.k.device)
+        dst = torch.tensor([new], device=self.k.device)
+        for layer in range(self.n_layers):
+            copy_blocks(self.k[layer], self.v[layer], src, dst)
+        self.allocator.decref(old)
+        table[-1] = new

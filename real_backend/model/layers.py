@@ -1,0 +1,145 @@
+"""Building blocks: RMSNorm, RoPE (positions per token), SwiGLU MLP, paged tree attention."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kernels.paged_attention import paged_tree_attention, write_kv
+from real_backend.model.config import ModelArgs
+
+
+@dataclass
+class AttentionMeta:
+    """Where this step's tokens live in the paged cache and what each may see."""
+
+    slot_mapping: torch.Tensor  # (B*Q,) int64 flat slot per padded token, -1 on padding
+    block_tables: torch.Tensor  # (B, max_blocks) int64
+    context_lens: torch.Tensor  # (B,) cached tokens before the step
+    new_lens: torch.Tensor  # (B,) new tokens in the step
+    tree_mask: torch.Tensor  # (B, Q, Q) bool, [b, i, j]: new token i sees new token j
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> torch.Tensor:
+    """(head_dim / 2,) inverse frequencies, with linear or Llama-3 scaling."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+    inv_freq = 1.0 / (theta**exponents)
+    if scaling is None:
+        return inv_freq
+    factor = float(scaling["factor"])
+    if scaling["rope_type"] == "linear":
+        return inv_freq / factor
+    return _llama3_scaling(inv_freq, scaling, factor)
+
+
+def _llama3_scaling(inv_freq: torch.Tensor, s: dict[str, Any], factor: float) -> torch.Tensor:
+    """Llama 3.1: keep high frequencies, divide low ones by factor, blend the middle band."""
+    low, high = float(s["low_freq_factor"]), float(s["high_freq_factor"])
+    old_len = float(s["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rope_cos_sin(
+    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape (B, Q, hd) for per-token positions (B, Q)."""
+    freqs = positions.float()[..., None] * inv_freq.float()  # (B, Q, hd/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (B, Q, hd)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (B, Q, nh, hd); cos/sin (B, Q, hd)."""
+    cos, sin = cos[:, :, None], sin[:, :, None]  # (B, Q, 1, hd)
+    return x * cos + _rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
+        q_dim, kv_dim = args.n_heads * args.head_dim, args.n_kv_heads * args.head_dim
+        self.q_proj = nn.Linear(args.dim, q_dim, bias=args.qkv_bias)
+        self.k_proj = nn.Linear(args.dim, kv_dim, bias=args.qkv_bias)
+        self.v_proj = nn.Linear(args.dim, kv_dim, bias=args.qkv_bias)
+        self.o_proj = nn.Linear(q_dim, args.dim, bias=args.o_bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # (B, Q, D)
+        cos: torch.Tensor,  # (B, Q, hd)
+        sin: torch.Tensor,  # (B, Q, hd)
+        k_cache: torch.Tensor,  # (num_blocks, block_size, n_kv, hd) this layer's cache
+        v_cache: torch.Tensor,
+        meta: AttentionMeta,
+    ) -> torch.Tensor:  # (B, Q, D)
+        B, Q, _ = x.shape
+        q = self.q_proj(x).view(B, Q, self.n_heads, self.head_dim)  # (B, Q, nh, hd)
+        k = self.k_proj(x).view(B, Q, self.n_kv_heads, self.head_dim)  # (B, Q, n_kv, hd)
+        v = self.v_proj(x).view(B, Q, self.n_kv_heads, self.head_dim)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        write_kv(k_cache, v_cache, k.flatten(0, 1), v.flatten(0, 1), meta.slot_mapping)
+        out = paged_tree_attention(
+            q,
+            k_cache,
+            v_cache,
+            meta.block_tables,
+            meta.context_lens,
+            meta.new_lens,
+            meta.tree_mask,
+            self.head_dim**-0.5,
+        )  # (B, Q, nh, hd)
+        return self.o_proj(out.reshape(B, Q, self.n_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.gate_proj = nn.Linear(args.dim, args.intermediate_size, bias=args.mlp_bias)
+        self.up_proj = nn.Linear(args.dim, args.intermediate_size, bias=args.mlp_bias)
+        self.down_proj = nn.Linear(args.intermediate_size, args.dim, bias=args.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.self_attn = Attention(args)
+        self.mlp = MLP(args)
+        self.input_layernorm = RMSNorm(args.dim, args.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(args.dim, args.rms_norm_eps)
+
+    def forward(self, x, cos, sin, k_cache, v_cache, meta: AttentionMeta) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), cos, sin, k_cache, v_cache, meta)
+        return h + self.mlp(self.post_attention_layernorm(h))

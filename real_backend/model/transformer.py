@@ -1,0 +1,136 @@
+"""The forward over a step plan: per sequence, new tokens and their parents among them.
+
+A token with parent -1 hangs off the cached context; otherwise its parent is an earlier new
+token of the same sequence. Token i sees the whole cached context plus its ancestors and
+itself (mask row i = row of its parent, plus i), and its RoPE position is the context length
+plus its depth. A chain (parents i-1) is prefill or causal decoding; a tree is speculative
+verification. A step may give an explicit mask instead (rows must include the diagonal); the
+position of token i is then the context length plus the number of other new tokens it sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from real_backend.kv_cache import PagedKVCache
+from real_backend.model.config import ModelArgs
+from real_backend.model.layers import AttentionMeta, RMSNorm, TransformerBlock, rope_cos_sin
+from real_backend.model.layers import rope_inv_freq as _rope_inv_freq
+
+
+@dataclass
+class SeqStep:
+    """One sequence's part of a step. ``parents=None`` and ``mask=None`` mean a causal chain."""
+
+    seq: Hashable
+    tokens: Sequence[int]
+    parents: Sequence[int] | None = None  # parent index among this step's tokens, -1 = context
+    mask: torch.Tensor | None = None  # (n, n) bool explicit visibility, overrides parents
+
+
+def tree_mask_from_parents(parents: Sequence[int]) -> torch.Tensor:
+    """(n, n) bool: row i = row parents[i] plus i itself."""
+    n = len(parents)
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    for i, p in enumerate(parents):
+        if not -1 <= p < i:
+            raise ValueError(f"parent of token {i} must be -1 or an earlier token, got {p}")
+        if p >= 0:
+            mask[i] = mask[p]
+        mask[i, i] = True
+    return mask
+
+
+def step_mask(step: SeqStep) -> torch.Tensor:
+    """(n, n) bool visibility among a step's new tokens."""
+    n = len(step.tokens)
+    if step.mask is not None:
+        mask = step.mask.to(torch.bool).cpu()
+        if mask.shape != (n, n) or not bool(mask.diagonal().all()):
+            raise ValueError(f"mask of {step.seq!r} must be ({n}, {n}) with a true diagonal")
+        return mask
+    parents = step.parents if step.parents is not None else range(-1, n - 1)
+    if len(parents) != n:
+        raise ValueError(f"{step.seq!r}: {n} tokens but {len(parents)} parents")
+    return tree_mask_from_parents(parents)
+
+
+class Transformer(nn.Module):
+    """Llama-family decoder; parameter names follow Hugging Face's (without ``model.``)."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.dim)
+        self.layers = nn.ModuleList(TransformerBlock(args) for _ in range(args.n_layers))
+        self.norm = RMSNorm(args.dim, args.rms_norm_eps)
+        self.lm_head = nn.Linear(args.dim, args.vocab_size, bias=False)
+        if args.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        inv_freq = _rope_inv_freq(args.head_dim, args.rope_theta, args.rope_scaling)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def new_cache(self, num_blocks: int, block_size: int = 16) -> PagedKVCache:
+        """An empty paged cache shaped for this model, on its device and dtype."""
+        w = self.embed_tokens.weight
+        a = self.args
+        return PagedKVCache(
+            a.n_layers, num_blocks, block_size, a.n_kv_heads, a.head_dim, w.dtype, w.device
+        )
+
+    def forward(
+        self,
+        tokens: torch.Tensor,  # (B, Q) int64, padded
+        positions: torch.Tensor,  # (B, Q) int64 RoPE positions
+        cache: PagedKVCache,
+        meta: AttentionMeta,
+    ) -> torch.Tensor:  # (B, Q, vocab) logits
+        x = self.embed_tokens(tokens)  # (B, Q, D)
+        cos, sin = rope_cos_sin(positions, self.inv_freq, x.dtype)  # (B, Q, hd)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, cache.k[i], cache.v[i], meta)
+        return self.lm_head(self.norm(x))
+
+    @torch.inference_mode()
+    def step(self, cache: PagedKVCache, plan: Sequence[SeqStep]) -> list[torch.Tensor]:
+        """Run one step plan; reserve the new tokens' slots; return (n_b, vocab) logits each.
+
+        A sequence not yet in the cache is started there. The new tokens stay in the cache:
+        roll rejected ones back with ``cache.truncate``.
+        """
+        device = self.embed_tokens.weight.device
+        B, Q = len(plan), max(len(s.tokens) for s in plan)
+        tokens = torch.zeros(B, Q, dtype=torch.long)
+        positions = torch.zeros(B, Q, dtype=torch.long)
+        slot_mapping = torch.full((B, Q), -1, dtype=torch.long)
+        tree_mask = torch.zeros(B, Q, Q, dtype=torch.bool)
+        context_lens = torch.zeros(B, dtype=torch.long)
+        new_lens = torch.zeros(B, dtype=torch.long)
+        for b, s in enumerate(plan):
+            n = len(s.tokens)
+            mask = step_mask(s)
+            if s.seq not in cache.tables:
+                cache.allocate(s.seq)
+            ctx = cache.length(s.seq)
+            window = self.args.sliding_window
+            if window is not None and ctx + n > window:
+                raise ValueError(f"{s.seq!r}: {ctx + n} tokens exceed the sliding window {window}")
+            slots = cache.append_slots(s.seq, n)
+            tokens[b, :n] = torch.as_tensor(list(s.tokens), dtype=torch.long)
+            positions[b, :n] = ctx + mask.sum(-1) - 1  # depth = visible new tokens minus self
+            slot_mapping[b, :n] = torch.as_tensor(slots, dtype=torch.long)
+            tree_mask[b, :n, :n] = mask
+            context_lens[b], new_lens[b] = ctx, n
+        meta = AttentionMeta(
+            slot_mapping=slot_mapping.flatten().to(device),
+            block_tables=cache.block_tables([s.seq for s in plan]),
+            context_lens=context_lens.to(device),
+            new_lens=new_lens.to(device),
+            tree_mask=tree_mask.to(device),
+        )
+        logits = self(tokens.to(device), positions.to(device), cache, meta)  # (B, Q, V)
+        return [logits[b, : len(s.tokens)].float() for b, s in enumerate(plan)]

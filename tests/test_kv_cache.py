@@ -1,0 +1,146 @@
+"""Paged KV cache: random operation sequences keep the allocator and every sequence's data sound."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+torch = pytest.importorskip("torch")
+hypothesis = pytest.importorskip("hypothesis")
+
+from hypothesis import settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.stateful import (  # noqa: E402
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from kernels.paged_attention import write_kv  # noqa: E402
+from real_backend.kv_cache import OutOfBlocks, PagedKVCache  # noqa: E402
+
+N_LAYERS, NUM_BLOCKS, BLOCK = 2, 12, 4
+
+
+class CacheMachine(RuleBasedStateMachine):
+    """Shadow model: each sequence's list of token values; the cache must read them back."""
+
+    @initialize()
+    def setup(self):
+        self.cache = PagedKVCache(N_LAYERS, NUM_BLOCKS, BLOCK, n_kv_heads=1, head_dim=2)
+        self.shadow: dict[int, list[float]] = {}
+        self.next_id = 0
+        self.next_value = 1.0
+
+    def _write(self, seq: int, slots: list[int]) -> None:
+        values = [self.next_value + i for i in range(len(slots))]
+        self.next_value += len(slots)
+        kv = torch.tensor(values).view(-1, 1, 1).expand(-1, 1, 2)  # (n, n_kv, hd)
+        for layer in range(N_LAYERS):
+            write_kv(
+                self.cache.k[layer],
+                self.cache.v[layer],
+                kv + layer,
+                -kv,
+                torch.tensor(slots, dtype=torch.long),
+            )
+        self.shadow[seq].extend(values)
+
+    @rule(n=st.integers(0, 9))
+    def new_sequence(self, n):
+        seq = self.next_id
+        self.next_id += 1
+        try:
+            slots = self.cache.allocate(seq, n)
+        except OutOfBlocks:
+            assert seq not in self.cache.tables
+            return
+        self.shadow[seq] = []
+        self._write(seq, slots)
+
+    @precondition(lambda self: self.shadow)
+    @rule(data=st.data(), n=st.integers(1, 6))
+    def append(self, data, n):
+        seq = data.draw(st.sampled_from(sorted(self.shadow)))
+        before = (list(self.cache.tables[seq]), self.cache.num_free_blocks)
+        try:
+            slots = self.cache.append_slots(seq, n)
+        except OutOfBlocks:
+            assert (self.cache.tables[seq], self.cache.num_free_blocks) == before
+            return
+        self._write(seq, slots)
+
+    @precondition(lambda self: self.shadow)
+    @rule(data=st.data())
+    def fork(self, data):
+        parent = data.draw(st.sampled_from(sorted(self.shadow)))
+        child = self.next_id
+        self.next_id += 1
+        self.cache.fork(parent, child)
+        self.shadow[child] = list(self.shadow[parent])
+
+    @precondition(lambda self: self.shadow)
+    @rule(data=st.data())
+    def truncate(self, data):
+        seq = data.draw(st.sampled_from(sorted(self.shadow)))
+        n = data.draw(st.integers(0, len(self.shadow[seq])))
+        self.cache.truncate(seq, n)
+        del self.shadow[seq][n:]
+
+    @precondition(lambda self: self.shadow)
+    @rule(data=st.data())
+    def free(self, data):
+        seq = data.draw(st.sampled_from(sorted(self.shadow)))
+        self.cache.free(seq)
+        del self.shadow[seq]
+
+    @invariant()
+    def no_leak_and_refcounts_match(self):
+        held = Counter(b for table in self.cache.tables.values() for b in table)
+        assert self.cache.num_free_blocks + len(held) == NUM_BLOCKS
+        for block in range(NUM_BLOCKS):
+            assert self.cache.allocator.refcount[block] == held.get(block, 0)
+        for seq, table in self.cache.tables.items():
+            assert len(table) == -(-self.cache.length(seq) // BLOCK)
+
+    @invariant()
+    def every_sequence_reads_its_own_tokens(self):
+        for seq, values in self.shadow.items():
+            assert self.cache.length(seq) == len(values)
+            for pos, value in enumerate(values):
+                slot = self.cache.slot(seq, pos)
+                for layer in range(N_LAYERS):
+                    k = self.cache.k[layer].view(-1, 1, 2)[slot]
+                    v = self.cache.v[layer].view(-1, 1, 2)[slot]
+                    assert float(k[0, 0]) == value + layer and float(v[0, 1]) == -value
+
+
+CacheMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TestCacheMachine = CacheMachine.TestCase
+
+
+def test_fork_shares_prefix_and_cow_leaves_parent_untouched():
+    cache = PagedKVCache(1, 8, 4, n_kv_heads=1, head_dim=1)
+    slots = cache.allocate("p", 6)  # blocks: one full, one with 2 of 4 filled
+    kv = torch.arange(1.0, 7.0).view(6, 1, 1)
+    write_kv(cache.k[0], cache.v[0], kv, kv, torch.tensor(slots))
+    cache.fork("p", "c")
+    assert cache.tables["c"] == cache.tables["p"]
+    assert all(cache.allocator.refcount[b] == 2 for b in cache.tables["p"])
+    (child_slot,) = cache.append_slots("c", 1)
+    assert cache.tables["c"][0] == cache.tables["p"][0]  # full block still shared
+    assert cache.tables["c"][1] != cache.tables["p"][1]  # partial block copied
+    write_kv(
+        cache.k[0], cache.v[0], torch.full((1, 1, 1), 99.0), kv[:1], torch.tensor([child_slot])
+    )
+    parent_block = cache.tables["p"][1]
+    assert cache.k[0, parent_block, :, 0, 0].tolist()[:2] == [5.0, 6.0]
+    assert float(cache.k[0, parent_block, 2, 0, 0]) == 0.0  # parent's next slot untouched
+    child = [float(cache.k[0].view(-1, 1, 1)[cache.slot("c", p)]) for p in range(7)]
+    assert child == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 99.0]
+    cache.free("p")
+    cache.free("c")
+    assert cache.num_free_blocks == 8
