@@ -7,8 +7,8 @@ from collections.abc import Callable
 import simpy
 
 from simulator.cost_models.base import CostModel
-from simulator.recorder import Recorder
 from simulator.replica import SimReplica, at
+from workbench.recorder import Recorder
 from workbench.records import RunRecords
 from workbench.scheduling.policy import BatchPolicy
 from workbench.scheduling.routing import Router

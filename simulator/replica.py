@@ -16,7 +16,7 @@ import simpy
 from simpy.events import URGENT
 
 from simulator.cost_models.base import CostModel, StepWork
-from simulator.recorder import Recorder
+from workbench.recorder import Recorder
 from workbench.scheduling.plan import StepPlan
 from workbench.scheduling.policy import BatchPolicy
 from workbench.scheduling.sequence import Sequence

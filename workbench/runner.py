@@ -17,6 +17,7 @@ from workbench.records import RunMeta, RunRecords
 from workbench.scenario.scenario import Scenario
 from workbench.store.db import ResultsStore
 from workbench.sweep import SweepPoint, expand, point_source
+from workbench.zoo_paths import require_zoo_model
 
 ProgressFactory = Callable[[int, str], Callable[[int], None] | None]  # (total, label) → update
 
@@ -82,14 +83,30 @@ def run_point(
 
 def run_backend(scenario: Scenario, progress: Callable[[int], None] | None) -> RunRecords:
     """Dispatch to a backend; imported lazily so the light path never imports torch."""
+    scenario = with_model_source(scenario)
     if scenario.backend == "sim":
         from simulator.run import simulate
 
         return simulate(scenario, progress=progress)
-    raise WorkbenchError(
-        "the real backend is not part of this build yet; run with --backend sim",
-        field="backend",
-    )
+    try:
+        from real_backend.serve import serve_scenario
+    except ImportError as exc:
+        raise WorkbenchError(
+            f"the real backend needs the `real` extra ({exc.name} is missing): "
+            "pip install -e '.[real]' -c constraints.txt",
+            field="backend",
+        ) from None
+    return serve_scenario(scenario, progress=progress)
+
+
+def with_model_source(scenario: Scenario) -> Scenario:
+    """Point `model.config_path` at a zoo model's checkpoint folder when one is named."""
+    model = scenario.model
+    if model.zoo is None:
+        return scenario
+    zoo_dir = Path(model.zoo_dir).expanduser() if model.zoo_dir else None
+    folder = require_zoo_model(model.zoo, "target", zoo_dir)
+    return scenario.model_copy(update={"model": model.model_copy(update={"config_path": folder})})
 
 
 def package_versions() -> dict[str, str]:

@@ -15,7 +15,13 @@ from workbench.errors import WorkbenchError
 
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# float64 serves exactness tests (near-tie argmaxes); real runs use the other three.
+DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float64": torch.float64,
+}
 
 
 def load_checkpoint(

@@ -18,7 +18,17 @@ class ModelConfig(StrictModel):
         "when `config_path` is given."
     )
     config_path: Path | None = Field(
-        default=None, description="A Hugging Face config.json (or its folder) defining the shape."
+        default=None,
+        description="A Hugging Face checkpoint folder (or its config.json): its shape for the "
+        "simulator, its weights for the real backend.",
+    )
+    zoo: str | None = Field(
+        default=None,
+        description="A model of the workbench's own zoo (e.g. `tiny`), built by "
+        "`workbench zoo build NAME`; used instead of config_path.",
+    )
+    zoo_dir: str | None = Field(
+        default=None, description="Zoo cache folder (default ~/.cache/decoding-workbench/zoo)."
     )
     dtype: Literal["fp16", "bf16", "fp32", "fp8"] = Field(
         default="fp16", description="Weight and KV-cache dtype (sets bytes per element)."
@@ -132,6 +142,11 @@ SchedulerConfig = Annotated[
 
 class VanillaDecoderConfig(StrictModel):
     kind: Literal["vanilla"] = Field(description="One token per sequence per step.")
+    temperature: float = Field(
+        default=0.0, ge=0, description="Sampling temperature of the real backend; 0 is greedy."
+    )
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass (1: off).")
+    top_k: int = Field(default=0, ge=0, description="Sample among the k likeliest (0: off).")
 
 
 # Speculative, lookahead, APAR and PipeInfer decoders join this union in their issues.

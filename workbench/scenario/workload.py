@@ -138,6 +138,11 @@ class WorkloadConfig(StrictModel):
     """The request stream: count, arrivals and lengths. Fixed entirely by the scenario seed."""
 
     num_requests: int = Field(gt=0, description="Number of requests to send.")
+    ignore_eos: bool = Field(
+        default=True,
+        description="Real backend: generate exactly the drawn output length even past an EOS, "
+        "so a real run and a simulated one see identical lengths. Off: stop at EOS too.",
+    )
     arrival: ArrivalConfig = Field(description="Arrival process, selected by `kind`.")
     prompt_tokens: LengthConfig | None = Field(
         default=None, description="Prompt length distribution (or give `lengths_from_trace`)."

@@ -62,6 +62,9 @@ class ContinuousBatching(BatchPolicy):
     def outstanding(self) -> int:
         return len(self.waiting) + len(self.running)
 
+    def decode_sequences(self) -> list[Sequence]:
+        return list(self.decoding.members.values())
+
     def schedule(self, now: float) -> StepPlan | None:
         preempted = self._reserve_decode_blocks()
         budget = self.token_budget - len(self.decoding)

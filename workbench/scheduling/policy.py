@@ -38,6 +38,13 @@ class BatchPolicy(ABC):
     def outstanding(self) -> int:
         """Requests queued or running on this replica."""
 
+    @abstractmethod
+    def decode_sequences(self) -> list[Sequence]:
+        """The sequences (padding slots included) that decode one token in the next step.
+
+        A real engine needs them one by one; the simulator only uses the plan's counts.
+        """
+
     def next_wakeup_s(self, now: float) -> float | None:
         """When an idle policy wants to be asked again without a new arrival (timers)."""
         return None

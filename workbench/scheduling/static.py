@@ -47,6 +47,9 @@ class StaticBatching(BatchPolicy):
             return None
         return self.waiting[0].arrival_s + self.max_wait_s
 
+    def decode_sequences(self) -> list[Sequence]:
+        return list(self.batch) if self.batch_steps > 0 else []
+
     def schedule(self, now: float) -> StepPlan | None:
         if not self.batch and not self._form_batch(now):
             return None

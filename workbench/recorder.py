@@ -1,4 +1,4 @@
-"""Collects a simulated run's records in typed columns (cheap appends, bulk extends)."""
+"""Collects a run's records in typed columns (cheap appends, bulk extends)."""
 
 from __future__ import annotations
 

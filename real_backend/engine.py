@@ -1,0 +1,211 @@
+"""Wall-clock online serving: the shared batching policy drives a real model.
+
+Requests are released at their arrival times; each engine step asks the policy for a
+plan (the same object the simulator drives), runs it through the model runner over the
+paged KV cache, picks each emitting sequence's next token, and reports back to the policy.
+Records are the simulator's: per request, per step, and emission spans.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from real_backend.kv_cache import PagedKVCache
+from real_backend.model.transformer import SeqStep, Transformer
+from real_backend.sampling import next_token, request_generator
+from workbench.recorder import Recorder
+from workbench.records import RunRecords
+from workbench.scenario.system import VanillaDecoderConfig
+from workbench.scheduling.plan import StepPlan
+from workbench.scheduling.policy import BatchPolicy
+from workbench.scheduling.sequence import Sequence
+from workbench.workload.requests import Workload
+
+
+@dataclass
+class ServeOptions:
+    sampling: VanillaDecoderConfig
+    seed: int
+    eos_token_id: int | None
+    ignore_eos: bool = True
+
+
+class RealEngine:
+    def __init__(
+        self,
+        model: Transformer,
+        cache: PagedKVCache,
+        policy: BatchPolicy,
+        options: ServeOptions,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.model = model
+        self.cache = cache
+        self.policy = policy
+        self.options = options
+        self.clock = clock
+        self.tokens: dict[int, list[int]] = {}  # request id → prompt + emitted token ids
+        self.generators: dict[int, torch.Generator] = {}
+
+    def serve(
+        self,
+        workload: Workload,
+        prompts: list[list[int]],
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[RunRecords, dict[int, list[int]]]:
+        """Serve every request; returns the records and each request's emitted tokens."""
+        self.recorder = Recorder(len(workload))
+        self._workload, self._prompts, self._progress = workload, prompts, progress
+        self._released = 0
+        self._closed_loop_due: list[float] = []  # closed loop: release times of next requests
+        if workload.is_closed_loop:
+            self._closed_loop_due = [0.0] * min(
+                workload.closed_loop_concurrency or 0, len(workload)
+            )
+        self._start = self.clock()
+        self._finished = 0
+        with torch.inference_mode():
+            while self._finished < len(workload):
+                self._release_arrivals()
+                plan = self.policy.schedule(self._now())
+                if plan is None:
+                    self._wait_for_work()
+                    continue
+                self._run(plan)
+        outputs = {rid: toks[len(prompts[rid]) :] for rid, toks in self.tokens.items()}
+        return self._records(), outputs
+
+    # ------------------------------------------------------------------ arrivals
+
+    def _now(self) -> float:
+        return self.clock() - self._start
+
+    def _next_arrival_s(self) -> float | None:
+        if self._workload.is_closed_loop:
+            return min(self._closed_loop_due) if self._closed_loop_due else None
+        if self._released < len(self._workload):
+            return float(self._workload.arrival_s[self._released])
+        return None
+
+    def _release_arrivals(self) -> None:
+        now = self._now()
+        while (due := self._next_arrival_s()) is not None and due <= now:
+            if self._workload.is_closed_loop:
+                self._closed_loop_due.remove(due)
+            self._admit(self._released, due)
+            self._released += 1
+
+    def _admit(self, request_id: int, arrival_s: float) -> None:
+        w = self._workload
+        prompt = self._prompts[request_id]
+        self.tokens[request_id] = list(prompt)
+        self.generators[request_id] = request_generator(self.options.seed, request_id)
+        self.recorder.arrival_s[request_id] = arrival_s
+        self.recorder.replica[request_id] = 0
+        seq = Sequence(request_id, arrival_s, len(prompt), int(w.output_tokens[request_id]))
+        self.policy.add(seq, arrival_s)
+
+    def _wait_for_work(self) -> None:
+        now = self._now()
+        wakes = [
+            t for t in (self._next_arrival_s(), self.policy.next_wakeup_s(now)) if t is not None
+        ]
+        if not wakes:
+            raise RuntimeError("engine idle with unfinished requests and nothing to wait for")
+        time.sleep(max(0.0, min(wakes) - now))
+
+    # ------------------------------------------------------------------ one step
+
+    def _run(self, plan: StepPlan) -> None:
+        for seq in plan.preempted:  # recompute preemption: the KV goes, the tokens stay
+            self.cache.free(seq.request_id)
+            self._close_span(seq, plan.step - 1)
+        started_s = self._now()
+        emitted = self._forward(plan)
+        ended_s = self._now()
+        stopped = self._stopped(emitted)
+        result = self.policy.complete(plan, 1, stopped)
+        self._record_step(plan, started_s, ended_s, emitted)
+        for seq in result.started:
+            if math.isnan(self.recorder.first_token_s[seq.request_id]):  # first ever emission
+                self.recorder.first_token_s[seq.request_id] = ended_s
+        for seq in result.finished:
+            self._finish(seq, ended_s)
+
+    def _forward(self, plan: StepPlan) -> dict[int, int]:
+        """Run the plan (decodes in one call, each prefill chunk in its own: no padding)."""
+        emitted: dict[int, int] = {}
+        decodes = self.policy.decode_sequences()
+        if decodes:
+            steps = [SeqStep(s.request_id, [self.tokens[s.request_id][-1]]) for s in decodes]
+            for seq, logits in zip(decodes, self.model.step(self.cache, steps), strict=True):
+                if seq.generated < seq.output_tokens:  # static batching pads finished slots
+                    emitted[seq.request_id] = self._choose(seq.request_id, logits[-1])
+        for chunk in plan.prefills:
+            rid = chunk.seq.request_id
+            ids = self.tokens[rid][chunk.context_tokens : chunk.context_tokens + chunk.tokens]
+            logits = self.model.step(self.cache, [SeqStep(rid, ids)])[0]
+            if chunk.context_tokens + chunk.tokens >= chunk.seq.prefill_target:  # (static pads)
+                emitted[rid] = self._choose(rid, logits[-1])
+        for rid, token in emitted.items():
+            self.tokens[rid].append(token)
+        return emitted
+
+    def _choose(self, request_id: int, logits: torch.Tensor) -> int:
+        return next_token(logits, self.options.sampling, self.generators[request_id])
+
+    def _stopped(self, emitted: dict[int, int]) -> set[int]:
+        eos = self.options.eos_token_id
+        if self.options.ignore_eos or eos is None:
+            return set()
+        return {rid for rid, token in emitted.items() if token == eos}
+
+    def _finish(self, seq: Sequence, now_s: float) -> None:
+        rec = self.recorder
+        rec.finish_s[seq.request_id] = now_s
+        rec.output_tokens[seq.request_id] = seq.generated
+        rec.preemptions[seq.request_id] = seq.preemptions
+        self._close_span(seq, self.policy.step - 1)
+        if seq.request_id in self.cache.tables:
+            self.cache.free(seq.request_id)
+        self._finished += 1
+        if self._progress is not None:
+            self._progress(1)
+        if self._workload.is_closed_loop and self._released + len(self._closed_loop_due) < len(
+            self._workload
+        ):
+            self._closed_loop_due.append(now_s + self._workload.think_time_s)
+
+    # ------------------------------------------------------------------ records
+
+    def _record_step(self, plan: StepPlan, start_s: float, end_s: float, emitted: dict) -> None:
+        self.recorder.steps.append(
+            replica=0,
+            step=plan.step,
+            start_s=start_s,
+            duration_s=end_s - start_s,
+            batch_size=plan.batch_size,
+            prefill_tokens=plan.prefill_tokens,
+            decode_tokens=plan.decode_batch_size,
+            kv_blocks_used=self.cache.allocator.num_blocks - self.cache.num_free_blocks,
+            emitted_tokens=len(emitted),
+        )
+
+    def _close_span(self, seq: Sequence, last_step: int) -> None:
+        if seq.first_emit_step >= 0:
+            self.recorder.span(seq.request_id, 0, seq.first_emit_step, last_step)
+            seq.first_emit_step = -1
+
+    def _records(self) -> RunRecords:
+        prompt_tokens = torch.tensor([len(p) for p in self._prompts]).numpy()
+        rec = self.recorder
+        return RunRecords(
+            requests=rec.request_records(prompt_tokens),
+            steps=rec.step_records(),
+            emissions=rec.emission_spans(),
+        )

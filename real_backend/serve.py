@@ -1,0 +1,113 @@
+"""Serve a scenario's workload on a real model: the `real` backend of `workbench run`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from real_backend.engine import RealEngine, ServeOptions
+from real_backend.model.loading import load_checkpoint
+from real_backend.prompts import synthetic_prompts
+from workbench.errors import WorkbenchError
+from workbench.records import RunRecords
+from workbench.scenario.scenario import Scenario
+from workbench.scenario.system import ContinuousBatchingConfig
+from workbench.scheduling.blocks import blocks_for
+from workbench.scheduling.factory import build_policy, check_feasible
+from workbench.workload.generate import generate_workload
+from workbench.workload.requests import Workload
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def serve_scenario(scenario: Scenario, progress=None) -> RunRecords:
+    if scenario.hardware.replicas != 1 or scenario.hardware.tensor_parallel != 1:
+        raise WorkbenchError(
+            "the real backend serves one replica on one device", field="hardware.replicas"
+        )
+    folder = checkpoint_folder(scenario)
+    device = pick_device(scenario.hardware.gpu)
+    model = load_checkpoint(folder, dtype_of(scenario.model.dtype), device)
+    eos = _eos_token_id(folder)
+    workload = generate_workload(scenario.workload, scenario.seed)
+    avoid = {eos} if eos is not None else set()
+    prompts = synthetic_prompts(workload.prompt_tokens, model.args.vocab_size, scenario.seed, avoid)
+    num_blocks = real_kv_blocks(scenario, workload)
+    lengths = workload.prompt_tokens + workload.output_tokens
+    check_feasible(
+        scenario.scheduler,
+        num_blocks,
+        int(workload.prompt_tokens.max()),
+        int(lengths.max()),
+        source=None,
+    )
+    cache = model.new_cache(num_blocks, scenario.scheduler.kv_cache.block_size)
+    options = ServeOptions(
+        sampling=scenario.decoder,
+        seed=scenario.seed,
+        eos_token_id=eos,
+        ignore_eos=scenario.workload.ignore_eos,
+    )
+    engine = RealEngine(model, cache, build_policy(scenario.scheduler, num_blocks), options)
+    records, _outputs = engine.serve(workload, prompts, progress)
+    records.info.update(run_info(folder, device, scenario.model.dtype, num_blocks))
+    return records
+
+
+def checkpoint_folder(scenario: Scenario) -> Path:
+    path = scenario.model.config_path
+    if path is None:
+        raise WorkbenchError(
+            "the real backend needs weights: give model.zoo or model.config_path (a checkpoint "
+            "folder)",
+            field="model",
+        )
+    return path if path.is_dir() else path.parent
+
+
+def pick_device(gpu: str) -> str:
+    """`cpu` when the scenario asks for it or no CUDA device is present."""
+    return "cuda" if gpu != "cpu" and torch.cuda.is_available() else "cpu"
+
+
+def dtype_of(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise WorkbenchError(
+            f"the real backend runs fp32, bf16 or fp16, not {name}", field="model.dtype"
+        )
+    return DTYPES[name]
+
+
+def real_kv_blocks(scenario: Scenario, workload: Workload) -> int:
+    """The scenario's block count, else room for a full batch of the longest request."""
+    sched = scenario.scheduler
+    if sched.kv_cache.num_blocks is not None:
+        return sched.kv_cache.num_blocks
+    batch = (
+        sched.max_batch_size if isinstance(sched, ContinuousBatchingConfig) else sched.batch_size
+    )
+    longest = int((workload.prompt_tokens + workload.output_tokens).max())
+    # 2% over the need: continuous batching keeps a 1% admission watermark.
+    return int(batch * blocks_for(longest, sched.kv_cache.block_size) * 1.02) + 1
+
+
+def _eos_token_id(folder: Path) -> int | None:
+    config = json.loads((folder / "config.json").read_text())
+    eos = config.get("eos_token_id")
+    return eos[0] if isinstance(eos, list) else eos
+
+
+def run_info(folder: Path, device: str, dtype: str, num_blocks: int) -> dict[str, str]:
+    info = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "dtype": dtype,
+        "torch": torch.__version__,
+        "checkpoint": str(folder),
+        "kv_blocks_per_replica": str(num_blocks),
+    }
+    card = folder.parent / "card.json"
+    if card.is_file():
+        info["model_card"] = card.read_text()
+    return info
