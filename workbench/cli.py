@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         return 0
     print(f"{'run_id':<14}{'scenario':<32}{'backend':<9}{'scheduler':<12}{'finished':<21}point")
     for r in runs:
-        finished = str(r["finished_at"])[:19]
+        finished = _timestamp(r["finished_at"])
         print(
             f"{r['run_id']:<14}{r['scenario_name'][:31]:<32}{r['backend']:<9}"
             f"{r['scheduler']:<12}{finished:<21}{r.get('sweep_point') or ''}"
@@ -151,6 +152,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _timestamp(value: Any) -> str:
+    """UTC 'YYYY-MM-DD HH:MM:SS' from unix seconds or a datetime."""
+    if isinstance(value, int | float):
+        value = datetime.fromtimestamp(value, tz=UTC)
+    return str(value)[:19]
 
 
 def _points(scenario: Any, source: str) -> list[Any]:

@@ -1,0 +1,117 @@
+"""Real backend speed on CPU: our engine vs `transformers.generate` on the same checkpoint.
+
+Opt-in. Two measurements (greedy, fixed output lengths, EOS ignored by both sides):
+- batch 1: one request at a time, tokens/s over the generated tokens;
+- 32 concurrent requests whose prompt and output lengths spread like the shipped
+  Vicuna response lengths (data/seqsched, scaled down by --scale): our continuous
+  batching (all 32 arrive at t=0) vs `generate` on one padded batch of 32, which must
+  run to the longest output; aggregate useful tokens/s.
+
+    python benchmarks/real_backend_speed.py CHECKPOINT_FOLDER [--threads 2] [--scale 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+
+from real_backend.engine import RealEngine, ServeOptions
+from real_backend.model.loading import load_checkpoint
+from real_backend.prompts import synthetic_prompts
+from workbench.scenario.system import VanillaDecoderConfig
+from workbench.scheduling.continuous import ContinuousBatching
+from workbench.workload.requests import Workload
+
+LENGTHS = (
+    Path(__file__).resolve().parent.parent / "data" / "seqsched" / "alpaca-val-10k-length.json"
+)
+BLOCK = 16
+
+
+def spread_lengths(n: int, scale: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Output lengths from real Vicuna responses (scaled down); prompts ~ a third of them."""
+    records = json.loads(LENGTHS.read_text())
+    real = np.array([r["L_t0.0"] for r in records])
+    rng = np.random.default_rng(seed)
+    outputs = np.maximum(1, rng.choice(real, n) // scale)
+    prompts = np.maximum(4, rng.choice(real, n) // (3 * scale))
+    return prompts.astype(np.int64), outputs.astype(np.int64)
+
+
+def ours(folder: Path, prompts: list[list[int]], outputs: np.ndarray, batch: int) -> float:
+    """Seconds for our engine to serve the requests, `batch` at most at a time."""
+    model = load_checkpoint(folder)
+    longest = max(len(p) for p in prompts) + int(outputs.max())
+    num_blocks = batch * (-(-longest // BLOCK)) * 2 + 8
+    policy = ContinuousBatching(
+        num_blocks=num_blocks, block_size=BLOCK, max_batch_size=batch, max_batched_tokens=8192
+    )
+    workload = Workload(
+        arrival_s=np.zeros(len(prompts)),
+        prompt_tokens=np.array([len(p) for p in prompts]),
+        output_tokens=outputs,
+    )
+    options = ServeOptions(VanillaDecoderConfig(kind="vanilla"), seed=0, eos_token_id=None)
+    engine = RealEngine(model, model.new_cache(num_blocks, BLOCK), policy, options)
+    start = time.perf_counter()
+    engine.serve(workload, prompts)
+    return time.perf_counter() - start
+
+
+def hf_generate(hf, prompts: list[list[int]], outputs: np.ndarray, pad_id: int) -> float:
+    """Seconds for `generate` on one left-padded batch run to the longest output."""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    n = int(outputs.max())
+    config = transformers.GenerationConfig(
+        max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=pad_id
+    )
+    start = time.perf_counter()
+    with torch.inference_mode():
+        hf.generate(ids, attention_mask=mask, generation_config=config)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", type=Path)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--scale", type=int, default=8, help="divide real lengths by this")
+    parser.add_argument("--single", type=int, default=3, help="requests for the batch-1 case")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(args.checkpoint).eval()
+    vocab = hf.config.vocab_size
+    prompt_lens, output_lens = spread_lengths(32, args.scale, seed=0)
+    prompts = synthetic_prompts(prompt_lens, vocab, seed=0)
+
+    single = slice(0, args.single)
+    tokens_1 = int(output_lens[single].sum())
+    t_ours_1 = ours(args.checkpoint, prompts[single], output_lens[single], batch=1)
+    t_hf_1 = sum(
+        hf_generate(hf, [p], output_lens[i : i + 1], 0) for i, p in enumerate(prompts[single])
+    )
+    print(
+        f"batch 1: {tokens_1} tokens  ours {tokens_1 / t_ours_1:.1f} tok/s  "
+        f"transformers {tokens_1 / t_hf_1:.1f} tok/s  ratio {t_hf_1 / t_ours_1:.2f}x"
+    )
+
+    useful = int(output_lens.sum())
+    t_ours = ours(args.checkpoint, prompts, output_lens, batch=32)
+    t_hf = hf_generate(hf, prompts, output_lens, 0)
+    print(
+        f"32 concurrent: {useful} useful tokens (longest {int(output_lens.max())})  "
+        f"ours {useful / t_ours:.1f} tok/s  transformers padded {useful / t_hf:.1f} tok/s  "
+        f"ratio {t_hf / t_ours:.2f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()
