@@ -21,7 +21,7 @@ from real_backend.sampling import next_token, request_generator
 from workbench.recorder import Recorder
 from workbench.records import RunRecords
 from workbench.scenario.system import VanillaDecoderConfig
-from workbench.scheduling.plan import StepPlan
+from workbench.scheduling.plan import PrefillChunk, StepPlan
 from workbench.scheduling.policy import BatchPolicy
 from workbench.scheduling.sequence import Sequence
 from workbench.workload.requests import Workload
@@ -33,6 +33,25 @@ class ServeOptions:
     seed: int
     eos_token_id: int | None
     ignore_eos: bool = True
+
+
+# The runner pads a step's sequences to its longest; grouping prefill chunks of similar
+# length bounds the padded compute at this multiple of the real tokens.
+MAX_PADDING_FACTOR = 2.0
+
+
+def prefill_groups(chunks: list[PrefillChunk]) -> list[list[PrefillChunk]]:
+    """Chunks, longest first, in groups whose padded size stays within the bound."""
+    groups: list[list[PrefillChunk]] = []
+    for chunk in sorted(chunks, key=lambda c: -c.tokens):
+        group = groups[-1] if groups else None
+        if group is not None:
+            real = sum(c.tokens for c in group) + chunk.tokens
+            if group[0].tokens * (len(group) + 1) <= MAX_PADDING_FACTOR * real:
+                group.append(chunk)
+                continue
+        groups.append([chunk])
+    return groups
 
 
 class RealEngine:
@@ -138,7 +157,7 @@ class RealEngine:
             self._finish(seq, ended_s)
 
     def _forward(self, plan: StepPlan) -> dict[int, int]:
-        """Run the plan (decodes in one call, each prefill chunk in its own: no padding)."""
+        """Run the plan: decodes in one call, prefill chunks in padded groups."""
         emitted: dict[int, int] = {}
         decodes = self.policy.decode_sequences()
         if decodes:
@@ -146,15 +165,18 @@ class RealEngine:
             for seq, logits in zip(decodes, self.model.step(self.cache, steps), strict=True):
                 if seq.generated < seq.output_tokens:  # static batching pads finished slots
                     emitted[seq.request_id] = self._choose(seq.request_id, logits[-1])
-        for chunk in plan.prefills:
-            rid = chunk.seq.request_id
-            ids = self.tokens[rid][chunk.context_tokens : chunk.context_tokens + chunk.tokens]
-            logits = self.model.step(self.cache, [SeqStep(rid, ids)])[0]
-            if chunk.context_tokens + chunk.tokens >= chunk.seq.prefill_target:  # (static pads)
-                emitted[rid] = self._choose(rid, logits[-1])
+        for group in prefill_groups(plan.prefills):
+            steps = [SeqStep(c.seq.request_id, self._chunk_ids(c)) for c in group]
+            for chunk, logits in zip(group, self.model.step(self.cache, steps), strict=True):
+                if chunk.context_tokens + chunk.tokens >= chunk.seq.prefill_target:  # (static pads)
+                    emitted[chunk.seq.request_id] = self._choose(chunk.seq.request_id, logits[-1])
         for rid, token in emitted.items():
             self.tokens[rid].append(token)
         return emitted
+
+    def _chunk_ids(self, chunk: PrefillChunk) -> list[int]:
+        start = chunk.context_tokens
+        return self.tokens[chunk.seq.request_id][start : start + chunk.tokens]
 
     def _choose(self, request_id: int, logits: torch.Tensor) -> int:
         return next_token(logits, self.options.sampling, self.generators[request_id])

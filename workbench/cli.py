@@ -54,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--out", required=True, help="Parquet file to write")
     export.add_argument("--run", help="only this run (id or unique prefix)")
     export.set_defaults(func=_cmd_export)
+    from real_backend.zoo.cli import add_zoo_parser  # no torch until a build runs
+
+    add_zoo_parser(sub)
     return parser
 
 

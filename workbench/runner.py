@@ -17,7 +17,6 @@ from workbench.records import RunMeta, RunRecords
 from workbench.scenario.scenario import Scenario
 from workbench.store.db import ResultsStore
 from workbench.sweep import SweepPoint, expand, point_source
-from workbench.zoo_paths import require_zoo_model
 
 ProgressFactory = Callable[[int, str], Callable[[int], None] | None]  # (total, label) → update
 
@@ -104,8 +103,13 @@ def with_model_source(scenario: Scenario) -> Scenario:
     model = scenario.model
     if model.zoo is None:
         return scenario
+    from real_backend.zoo.build import resolve_zoo_model  # path logic only: no torch
+
     zoo_dir = Path(model.zoo_dir).expanduser() if model.zoo_dir else None
-    folder = require_zoo_model(model.zoo, "target", zoo_dir)
+    try:
+        folder = resolve_zoo_model(model.zoo, "target", zoo_dir)
+    except WorkbenchError as exc:
+        raise WorkbenchError(exc.detail, field="model.zoo") from None
     return scenario.model_copy(update={"model": model.model_copy(update={"config_path": folder})})
 
 

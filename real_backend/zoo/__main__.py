@@ -1,0 +1,5 @@
+import sys
+
+from real_backend.zoo.cli import main
+
+sys.exit(main())

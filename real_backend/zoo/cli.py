@@ -1,0 +1,80 @@
+"""`workbench zoo build [NAME] [--cache-dir DIR] [--force]` and `workbench zoo list`.
+
+Light to import: torch and transformers load only when a build runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from real_backend.zoo.build import build, cache_root, default_cache_dir, is_built, read_card
+from real_backend.zoo.specs import SPECS
+
+
+def add_zoo_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add the ``zoo`` command to an argparse subparsers object (sets ``func``)."""
+    zoo = sub.add_parser("zoo", help="build and list the small local model zoo")
+    _fill(zoo)
+    zoo.set_defaults(func=zoo_command)
+    return zoo
+
+
+def _fill(zoo: argparse.ArgumentParser) -> None:
+    zsub = zoo.add_subparsers(dest="zoo_command", required=True)
+    b = zsub.add_parser("build", help="train a target/draft pair (reused when already built)")
+    b.add_argument("name", nargs="?", default="small", choices=list(SPECS), help="default small")
+    b.add_argument("--cache-dir", help=f"zoo folder (default {default_cache_dir()})")
+    b.add_argument("--force", action="store_true", help="rebuild even when built")
+    ls = zsub.add_parser("list", help="the zoo entries and whether they are built")
+    ls.add_argument("--cache-dir", help=f"zoo folder (default {default_cache_dir()})")
+
+
+def zoo_command(args: argparse.Namespace) -> int:
+    cache_dir = getattr(args, "cache_dir", None)
+    if args.zoo_command == "build":
+        already = is_built(args.name, cache_dir) and not args.force
+        out = build(args.name, cache_dir, force=args.force, log=_stderr)
+        card = read_card(args.name, cache_dir) or {}
+        verb = "reused" if already else f"built in {card.get('build_seconds', '?')} s"
+        print(f"{args.name}: {verb}: {out}")
+        print(f"  target: {out / 'target'}\n  draft:  {out / 'draft'}")
+        return 0
+    if args.zoo_command == "list":
+        cache = cache_root(cache_dir)
+        for name, spec in SPECS.items():
+            card = read_card(name, cache_dir) if is_built(name, cache_dir) else None
+            state = "not built" if card is None else _summary(card)
+            print(f"{name:8s} {spec.description}\n         {state}")
+        print(f"cache: {cache}")
+        return 0
+    raise ValueError(args.zoo_command)
+
+
+def _summary(card: dict[str, Any]) -> str:
+    t, d = card["target"], card["draft"]
+    return (
+        f"built: target {t['parameters']:,} params loss {t['heldout_loss']:.3f}, "
+        f"draft {d['parameters']:,} params loss {d['heldout_loss']:.3f}, "
+        f"agreement {card['greedy_agreement']:.3f}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Stand-alone entry: ``python -m real_backend.zoo build tiny``."""
+    from workbench.errors import WorkbenchError
+
+    parser = argparse.ArgumentParser(prog="workbench zoo")
+    _fill(parser)
+    args = parser.parse_args(argv)
+    try:
+        return zoo_command(args)
+    except WorkbenchError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        return 2
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
