@@ -85,6 +85,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--scale", type=int, default=8, help="divide real lengths by this")
     parser.add_argument("--single", type=int, default=3, help="requests for the batch-1 case")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (median)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     hf = transformers.AutoModelForCausalLM.from_pretrained(args.checkpoint).eval()
@@ -94,22 +95,36 @@ def main() -> None:
 
     single = slice(0, args.single)
     tokens_1 = int(output_lens[single].sum())
-    t_ours_1 = ours(args.checkpoint, prompts[single], output_lens[single], batch=1)
-    t_hf_1 = sum(
-        hf_generate(hf, [p], output_lens[i : i + 1], 0) for i, p in enumerate(prompts[single])
+    t_ours_1 = timed(
+        args.repeat, lambda: ours(args.checkpoint, prompts[single], output_lens[single], 1)
     )
-    print(
-        f"batch 1: {tokens_1} tokens  ours {tokens_1 / t_ours_1:.1f} tok/s  "
-        f"transformers {tokens_1 / t_hf_1:.1f} tok/s  ratio {t_hf_1 / t_ours_1:.2f}x"
+    t_hf_1 = timed(
+        args.repeat,
+        lambda: sum(
+            hf_generate(hf, [p], output_lens[i : i + 1], 0) for i, p in enumerate(prompts[single])
+        ),
     )
-
+    report("batch 1", tokens_1, t_ours_1, t_hf_1)
     useful = int(output_lens.sum())
-    t_ours = ours(args.checkpoint, prompts, output_lens, batch=32)
-    t_hf = hf_generate(hf, prompts, output_lens, 0)
+    t_ours = timed(args.repeat, lambda: ours(args.checkpoint, prompts, output_lens, 32))
+    t_hf = timed(args.repeat, lambda: hf_generate(hf, prompts, output_lens, 0))
+    report(f"32 concurrent (longest output {int(output_lens.max())})", useful, t_ours, t_hf)
+
+
+def timed(repeat: int, run) -> list[float]:
+    return sorted(run() for _ in range(repeat))
+
+
+def report(label: str, tokens: int, ours_s: list[float], hf_s: list[float]) -> None:
+    """Median tokens/s of each side, its range, and the ratio of medians."""
+    med_ours, med_hf = ours_s[len(ours_s) // 2], hf_s[len(hf_s) // 2]
+
+    def rate(times: list[float], median: float) -> str:
+        return f"{tokens / median:.1f} tok/s [{tokens / times[-1]:.0f}-{tokens / times[0]:.0f}]"
+
     print(
-        f"32 concurrent: {useful} useful tokens (longest {int(output_lens.max())})  "
-        f"ours {useful / t_ours:.1f} tok/s  transformers padded {useful / t_hf:.1f} tok/s  "
-        f"ratio {t_hf / t_ours:.2f}x"
+        f"{label}: {tokens} tokens, median of {len(ours_s)}  ours {rate(ours_s, med_ours)}  "
+        f"transformers {rate(hf_s, med_hf)}  ratio {med_hf / med_ours:.2f}x"
     )
 
 

@@ -162,12 +162,14 @@ class RealEngine:
         decodes = self.policy.decode_sequences()
         if decodes:
             steps = [SeqStep(s.request_id, [self.tokens[s.request_id][-1]]) for s in decodes]
-            for seq, logits in zip(decodes, self.model.step(self.cache, steps), strict=True):
+            for seq, logits in zip(
+                decodes, self.model.step(self.cache, steps, last_only=True), strict=True
+            ):
                 if seq.generated < seq.output_tokens:  # static batching pads finished slots
                     emitted[seq.request_id] = self._choose(seq.request_id, logits[-1])
         for group in prefill_groups(plan.prefills):
             steps = [SeqStep(c.seq.request_id, self._chunk_ids(c)) for c in group]
-            for chunk, logits in zip(group, self.model.step(self.cache, steps), strict=True):
+            for chunk, logits in zip(group, self.model.step(self.cache, steps, True), strict=True):
                 if chunk.context_tokens + chunk.tokens >= chunk.seq.prefill_target:  # (static pads)
                     emitted[chunk.seq.request_id] = self._choose(chunk.seq.request_id, logits[-1])
         for rid, token in emitted.items():

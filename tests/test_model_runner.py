@@ -150,3 +150,14 @@ def test_explicit_mask_equals_parents(pair):
     torch.testing.assert_close(results[0], results[1], atol=0, rtol=0)
     with pytest.raises(ValueError, match="earlier token"):
         tree_mask_from_parents([-1, 1])
+
+
+def test_last_only_gives_each_sequences_last_row(pair):
+    _, ours = pair
+    a, b = random_ids(9, 11), random_ids(4, 12)
+    full_cache, last_cache = ours.new_cache(16, 4), ours.new_cache(16, 4)
+    full = ours.step(full_cache, [SeqStep("a", a), SeqStep("b", b)])
+    last = ours.step(last_cache, [SeqStep("a", a), SeqStep("b", b)], last_only=True)
+    for f, lo in zip(full, last, strict=True):
+        assert lo.shape == (1, VOCAB)
+        torch.testing.assert_close(lo[0], f[-1], atol=1e-5, rtol=0)

@@ -90,6 +90,17 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(args.dim, kv_dim, bias=args.qkv_bias)
         self.v_proj = nn.Linear(args.dim, kv_dim, bias=args.qkv_bias)
         self.o_proj = nn.Linear(q_dim, args.dim, bias=args.o_bias)
+        self.qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None  # set by fuse()
+
+    def fuse(self) -> None:
+        """One (q+2kv, D) matmul instead of three; q/k/v params become views (no copy)."""
+        self.qkv = fuse_linears([self.q_proj, self.k_proj, self.v_proj])
+
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self.qkv is None:
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q_dim, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        return F.linear(x, *self.qkv).split([q_dim, kv_dim, kv_dim], dim=-1)
 
     def forward(
         self,
@@ -101,9 +112,10 @@ class Attention(nn.Module):
         meta: AttentionMeta,
     ) -> torch.Tensor:  # (B, Q, D)
         B, Q, _ = x.shape
-        q = self.q_proj(x).view(B, Q, self.n_heads, self.head_dim)  # (B, Q, nh, hd)
-        k = self.k_proj(x).view(B, Q, self.n_kv_heads, self.head_dim)  # (B, Q, n_kv, hd)
-        v = self.v_proj(x).view(B, Q, self.n_kv_heads, self.head_dim)
+        q, k, v = self.project_qkv(x)
+        q = q.view(B, Q, self.n_heads, self.head_dim)  # (B, Q, nh, hd)
+        k = k.view(B, Q, self.n_kv_heads, self.head_dim)  # (B, Q, n_kv, hd)
+        v = v.view(B, Q, self.n_kv_heads, self.head_dim)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         write_kv(k_cache, v_cache, k.flatten(0, 1), v.flatten(0, 1), meta.slot_mapping)
         out = paged_tree_attention(
@@ -127,9 +139,32 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(args.dim, args.intermediate_size, bias=args.mlp_bias)
         self.up_proj = nn.Linear(args.dim, args.intermediate_size, bias=args.mlp_bias)
         self.down_proj = nn.Linear(args.intermediate_size, args.dim, bias=args.mlp_bias)
+        self.gate_up: tuple[torch.Tensor, torch.Tensor | None] | None = None  # set by fuse()
+
+    def fuse(self) -> None:
+        self.gate_up = fuse_linears([self.gate_proj, self.up_proj])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up is None:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = F.linear(x, *self.gate_up).chunk(2, dim=-1)  # (B, Q, I) each
+        return self.down_proj(F.silu(gate) * up)
+
+
+def fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Concatenate linears' weights (and biases) along the output dim; the originals become
+    views of the fused tensors, so state dicts and memory are unchanged."""
+    weight = torch.cat([m.weight.detach() for m in linears])  # (sum out, in)
+    has_bias = linears[0].bias is not None
+    bias = torch.cat([m.bias.detach() for m in linears]) if has_bias else None
+    start = 0
+    for m in linears:
+        end = start + m.out_features
+        m.weight = nn.Parameter(weight[start:end], requires_grad=False)
+        if bias is not None:
+            m.bias = nn.Parameter(bias[start:end], requires_grad=False)
+        start = end
+    return weight, bias
 
 
 class TransformerBlock(nn.Module):

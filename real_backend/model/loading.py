@@ -45,6 +45,7 @@ def load_checkpoint(
         model.lm_head.weight = model.embed_tokens.weight
     inv_freq = rope_inv_freq(args.head_dim, args.rope_theta, args.rope_scaling)
     model.inv_freq = inv_freq.to(device)  # non-persistent buffer, still on meta
+    model.fuse()  # inference: fewer, larger matmuls (params stay as views)
     return model.eval()
 
 

@@ -88,16 +88,28 @@ class Transformer(nn.Module):
         positions: torch.Tensor,  # (B, Q) int64 RoPE positions
         cache: PagedKVCache,
         meta: AttentionMeta,
-    ) -> torch.Tensor:  # (B, Q, vocab) logits
+        logit_index: torch.Tensor | None = None,  # (B,) the one position per row to score
+    ) -> torch.Tensor:  # (B, Q, vocab) logits, or (B, 1, vocab) with logit_index
         x = self.embed_tokens(tokens)  # (B, Q, D)
         cos, sin = rope_cos_sin(positions, self.inv_freq, x.dtype)  # (B, Q, hd)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, cache.k[i], cache.v[i], meta)
+        if logit_index is not None:  # only these rows emit: skip the LM head elsewhere
+            x = x[torch.arange(x.shape[0], device=x.device), logit_index].unsqueeze(1)
         return self.lm_head(self.norm(x))
 
+    def fuse(self) -> None:
+        """Fuse q/k/v and gate/up projections for inference (fewer, larger matmuls)."""
+        for layer in self.layers:
+            layer.self_attn.fuse()
+            layer.mlp.fuse()
+
     @torch.inference_mode()
-    def step(self, cache: PagedKVCache, plan: Sequence[SeqStep]) -> list[torch.Tensor]:
-        """Run one step plan; reserve the new tokens' slots; return (n_b, vocab) logits each.
+    def step(
+        self, cache: PagedKVCache, plan: Sequence[SeqStep], last_only: bool = False
+    ) -> list[torch.Tensor]:
+        """Run one step plan; reserve the new tokens' slots; return (n_b, vocab) logits each
+        (`last_only`: (1, vocab), the last new token's, skipping the LM head elsewhere).
 
         A sequence not yet in the cache is started there. The new tokens stay in the cache:
         roll rejected ones back with ``cache.truncate``.
@@ -132,5 +144,9 @@ class Transformer(nn.Module):
             new_lens=new_lens.to(device),
             tree_mask=tree_mask.to(device),
         )
+        if last_only:
+            index = (new_lens - 1).to(device)
+            logits = self(tokens.to(device), positions.to(device), cache, meta, index)  # (B, 1, V)
+            return [logits[b].float() for b in range(B)]
         logits = self(tokens.to(device), positions.to(device), cache, meta)  # (B, Q, V)
         return [logits[b, : len(s.tokens)].float() for b, s in enumerate(plan)]
