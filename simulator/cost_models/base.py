@@ -43,3 +43,28 @@ class CostModel(ABC):
         decode_context_sum=context_sum + i * batch_size))` bit for bit: the simulator's bulk
         stepping relies on it.
         """
+
+
+class SplitCostModel(CostModel):
+    """A cost model with one vectorised formula for decode-only steps and another for steps
+    with prefill. Every decode-only step goes through `_decode_times_s`, so a span and a
+    single step agree bit for bit as long as that function is elementwise."""
+
+    def step_time_s(self, work: StepWork) -> float:
+        if not work.prefill_chunk_tokens:
+            contexts = np.array([float(work.decode_context_sum)])
+            return float(self._decode_times_s(work.decode_batch_size, contexts)[0])
+        return self._mixed_time_s(work)
+
+    def decode_span_s(self, batch_size: int, context_sum: int, n_steps: int) -> np.ndarray:
+        steps = np.arange(n_steps, dtype=np.int64)
+        contexts = (context_sum + steps * batch_size).astype(np.float64)  # (n_steps,)
+        return self._decode_times_s(batch_size, contexts)
+
+    @abstractmethod
+    def _decode_times_s(self, batch_size: int, context_sums: np.ndarray) -> np.ndarray:
+        """Durations of decode-only steps, one per context sum (elementwise arithmetic)."""
+
+    @abstractmethod
+    def _mixed_time_s(self, work: StepWork) -> float:
+        """Duration of a step with at least one prefill chunk."""

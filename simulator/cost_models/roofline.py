@@ -20,7 +20,7 @@ import numpy as np
 
 from simulator.catalogs.hardware import GPUSpec
 from simulator.catalogs.models import ModelSpec, dtype_bytes
-from simulator.cost_models.base import CostModel, StepWork
+from simulator.cost_models.base import SplitCostModel, StepWork
 from workbench.scenario.system import RooflineCostConfig
 
 # Per token and layer, elementwise ops and GEMM inputs/outputs touch about ten hidden-sized
@@ -30,7 +30,7 @@ ACTIVATION_VECTORS_HIDDEN = 10
 ACTIVATION_VECTORS_INTERMEDIATE = 4
 
 
-class RooflineCostModel(CostModel):
+class RooflineCostModel(SplitCostModel):
     """Step times from the hardware and model catalogs."""
 
     def __init__(
@@ -61,19 +61,6 @@ class RooflineCostModel(CostModel):
             )
         )
         self._overhead_s = cfg.step_overhead_ms / 1000.0
-
-    # ---------------------------------------------------------------- CostModel
-
-    def step_time_s(self, work: StepWork) -> float:
-        if not work.prefill_chunk_tokens:
-            contexts = np.array([float(work.decode_context_sum)])
-            return float(self._decode_times_s(work.decode_batch_size, contexts)[0])
-        return self._mixed_time_s(work)
-
-    def decode_span_s(self, batch_size: int, context_sum: int, n_steps: int) -> np.ndarray:
-        steps = np.arange(n_steps, dtype=np.int64)
-        contexts = (context_sum + steps * batch_size).astype(np.float64)
-        return self._decode_times_s(batch_size, contexts)
 
     # ---------------------------------------------------------------- the two step shapes
 

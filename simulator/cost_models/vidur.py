@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.catalogs.models import ModelSpec
-from simulator.cost_models.base import CostModel, StepWork
+from simulator.cost_models.base import SplitCostModel, StepWork
 from workbench.errors import WorkbenchError
 from workbench.scenario.system import VidurProfileCostConfig
 
@@ -56,7 +56,7 @@ TOKEN_ROUNDING = 8  # Vidur prices `num_tokens` rounded up to a multiple of 8
 ALL_REDUCE_BYTES_PER_ELEMENT = 2  # the profiles are fp16: a token's hidden state is 2·n_embd B
 
 
-class VidurProfileCostModel(CostModel):
+class VidurProfileCostModel(SplitCostModel):
     """Step times from Vidur-format operator profiles for one model at one TP degree."""
 
     def __init__(self, model: ModelSpec, cfg: VidurProfileCostConfig, tensor_parallel: int) -> None:
@@ -70,19 +70,6 @@ class VidurProfileCostModel(CostModel):
         # Token-level costs by rounded token count, filled on first use: a few hundred
         # distinct counts recur all run long, and each costs several numpy lookups.
         self._token_level_memo: dict[int, tuple[float, float]] = {}
-
-    # ---------------------------------------------------------------- CostModel
-
-    def step_time_s(self, work: StepWork) -> float:
-        if not work.prefill_chunk_tokens:
-            contexts = np.array([float(work.decode_context_sum)])
-            return float(self._decode_times_s(work.decode_batch_size, contexts)[0])
-        return self._mixed_time_s(work)
-
-    def decode_span_s(self, batch_size: int, context_sum: int, n_steps: int) -> np.ndarray:
-        steps = np.arange(n_steps, dtype=np.int64)
-        contexts = (context_sum + steps * batch_size).astype(np.float64)
-        return self._decode_times_s(batch_size, contexts)
 
     # ---------------------------------------------------------------- the two step shapes
 
