@@ -100,13 +100,16 @@ def paged_tree_attention(
     row_valid = torch.arange(Q, device=device)[None, :] < new_lens[:, None]  # (B, Q)
     visible = visible & row_valid[:, :, None]
 
-    # Grouped-query attention: each kv head serves nh // n_kv query heads.
+    # Grouped-query attention without copying K/V: query head h = kv * group + g uses kv head
+    # `kv`, so the group's query heads are folded into the query axis of that kv head.
     group = nh // n_kv
-    k = k.repeat_interleave(group, dim=2).transpose(1, 2)  # (B, nh, L, hd)
-    v = v.repeat_interleave(group, dim=2).transpose(1, 2)  # (B, nh, L, hd)
-    qh = q.transpose(1, 2)  # (B, nh, Q, hd)
-    scores = (qh.float() @ k.float().transpose(-1, -2)) * scale  # (B, nh, Q, L)
-    scores = scores.masked_fill(~visible[:, None], float("-inf"))
+    qg = q.view(B, Q, n_kv, group, hd).permute(0, 2, 3, 1, 4).reshape(B, n_kv, group * Q, hd)
+    k = k.transpose(1, 2).float()  # (B, n_kv, L, hd)
+    v = v.transpose(1, 2).float()  # (B, n_kv, L, hd)
+    scores = (qg.float() @ k.transpose(-1, -2)) * scale  # (B, n_kv, group*Q, L)
+    mask = visible[:, None, None].expand(B, 1, group, Q, L).reshape(B, 1, group * Q, L)
+    scores = scores.masked_fill(~mask, float("-inf"))
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows with nothing visible -> 0
-    out = probs @ v.float()  # (B, nh, Q, hd)
-    return out.transpose(1, 2).to(q.dtype)  # (B, Q, nh, hd)
+    out = probs @ v  # (B, n_kv, group*Q, hd)
+    out = out.view(B, n_kv, group, Q, hd).permute(0, 3, 1, 2, 4)  # (B, Q, n_kv, group, hd)
+    return out.reshape(B, Q, nh, hd).to(q.dtype)  # (B, Q, nh, hd)
