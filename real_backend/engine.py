@@ -145,11 +145,13 @@ class RealEngine:
             self.cache.free(seq.request_id)
             self._close_span(seq, plan.step - 1)
         started_s = self._now()
+        # Prompt tokens really computed (a static plan counts padding; the engine runs real ones).
+        prefill_tokens = sum(len(self._chunk_ids(c)) for c in plan.prefills)
         emitted = self._forward(plan)
         ended_s = self._now()
         stopped = self._stopped(emitted)
         result = self.policy.complete(plan, 1, stopped)
-        self._record_step(plan, started_s, ended_s, emitted)
+        self._record_step(plan, started_s, ended_s, emitted, prefill_tokens)
         for seq in result.started:
             if math.isnan(self.recorder.first_token_s[seq.request_id]):  # first ever emission
                 self.recorder.first_token_s[seq.request_id] = ended_s
@@ -207,14 +209,16 @@ class RealEngine:
 
     # ------------------------------------------------------------------ records
 
-    def _record_step(self, plan: StepPlan, start_s: float, end_s: float, emitted: dict) -> None:
+    def _record_step(
+        self, plan: StepPlan, start_s: float, end_s: float, emitted: dict, prefill_tokens: int
+    ) -> None:
         self.recorder.steps.append(
             replica=0,
             step=plan.step,
             start_s=start_s,
             duration_s=end_s - start_s,
             batch_size=plan.batch_size,
-            prefill_tokens=plan.prefill_tokens,
+            prefill_tokens=prefill_tokens,
             decode_tokens=plan.decode_batch_size,
             kv_blocks_used=self.cache.allocator.num_blocks - self.cache.num_free_blocks,
             emitted_tokens=len(emitted),

@@ -68,8 +68,17 @@ def checkpoint_folder(scenario: Scenario) -> Path:
 
 
 def pick_device(gpu: str) -> str:
-    """`cpu` when the scenario asks for it or no CUDA device is present."""
-    return "cuda" if gpu != "cpu" and torch.cuda.is_available() else "cpu"
+    """`cpu` for `hardware.gpu: cpu`, else CUDA, which must be there: running a GPU
+    scenario on the CPU instead would change what is measured."""
+    if gpu == "cpu":
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise WorkbenchError(
+            f"hardware.gpu is {gpu!r} but this machine has no CUDA device; "
+            "set hardware.gpu: cpu to run the real backend on the CPU",
+            field="hardware.gpu",
+        )
+    return "cuda"
 
 
 def dtype_of(name: str) -> torch.dtype:

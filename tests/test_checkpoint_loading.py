@@ -6,6 +6,7 @@ import json
 import shutil
 
 import pytest
+from tiny_models import TINY_SHAPE
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -14,14 +15,7 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 from real_backend.model import ModelArgs, load_checkpoint  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
 
-TINY = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=128,
-)
+TINY = dict(**TINY_SHAPE, vocab_size=128)
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from tiny_models import TINY_SHAPE
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -12,14 +13,7 @@ from real_backend.model.transformer import tree_mask_from_parents  # noqa: E402
 
 ATOL = 1e-4
 VOCAB = 128
-TINY = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=VOCAB,
-)
+TINY = dict(**TINY_SHAPE, vocab_size=VOCAB)
 LLAMA3_ROPE = {
     "rope_type": "llama3",
     "factor": 8.0,

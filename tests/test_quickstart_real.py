@@ -50,3 +50,15 @@ def test_unbuilt_zoo_model_names_the_command(tmp_path: Path, capsys) -> None:
         not (tmp_path / "r.duckdb").exists()
         or not ResultsStore.open(tmp_path / "r.duckdb", read_only=True).list_runs()
     )
+
+
+def test_gpu_scenario_without_cuda_is_refused_not_run_on_cpu(
+    zoo_dir: Path, tmp_path: Path, capsys
+) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    args = ["--set", f"model.zoo_dir={zoo_dir}", "--set", "hardware.gpu=h100-sxm"]
+    code = main(["run", str(SCENARIO), "--db", str(tmp_path / "r.duckdb"), *args])
+    assert code == 2 and "no CUDA device" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tiny_models import TINY_SHAPE
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -22,15 +23,7 @@ N = 10
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    config = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=VOCAB,
-        torch_dtype="float64",
-    )
+    config = transformers.LlamaConfig(**TINY_SHAPE, vocab_size=VOCAB)
     config._attn_implementation = "eager"
     torch.manual_seed(0)
     hf = transformers.LlamaForCausalLM(config).eval()
@@ -38,7 +31,7 @@ def checkpoint(tmp_path_factory):
         for p in hf.parameters():
             p.normal_(0.0, 0.3)
     folder = tmp_path_factory.mktemp("engine")
-    hf.save_pretrained(folder)
+    hf.save_pretrained(folder)  # fp32 on disk; both sides compute in fp64 below
     return folder, hf.double()
 
 
@@ -118,3 +111,14 @@ def test_records_are_consistent(checkpoint, workload) -> None:
     assert np.array_equal(per_request, req.output_tokens)
     assert steps.emitted_tokens.sum() == req.output_tokens.sum()
     assert (np.diff(steps.start_s) > 0).all()
+
+
+def test_step_records_count_the_prompt_tokens_really_computed(checkpoint, workload) -> None:
+    w, _ = workload
+    static, _ = serve(checkpoint[0], POLICIES["static"](), workload)
+    # The static plan pads prompts to the batch's longest; the engine runs the real ones.
+    assert static.steps.prefill_tokens.sum() == w.prompt_tokens.sum()
+    preempting, _ = serve(checkpoint[0], POLICIES["chunked, preempting"](), workload)
+    assert preempting.requests.preemptions.sum() > 0
+    # Preempted requests recompute their prompt and emitted tokens: strictly more.
+    assert preempting.steps.prefill_tokens.sum() > w.prompt_tokens.sum()

@@ -41,14 +41,6 @@ class ClusterConfig(StrictModel):
     gpu: str = Field(description="Hardware catalog name: a100-80gb, h100-sxm, h200, l40s, cpu.")
     replicas: int = Field(default=1, gt=0, description="Independent model replicas.")
     tensor_parallel: int = Field(default=1, gt=0, description="GPUs per replica (TP degree).")
-    node: str | None = Field(
-        default=None,
-        description="Interconnect for collectives in profile cost models, e.g. a100_dgx.",
-    )
-
-    @property
-    def gpus_per_replica(self) -> int:
-        return self.tensor_parallel
 
 
 class RooflineCostConfig(StrictModel):

@@ -164,7 +164,6 @@ class ContinuousBatching(BatchPolicy):
             prefills=chunks,
             decode_batch_size=size,
             decode_context_sum=self.decoding.context_sum(self.step),
-            context_growth=size,
             emitting=size + sum(c.tokens == c.seq.prefill_remaining for c in chunks),
             kv_blocks_used=used,
             preempted=preempted,

@@ -29,8 +29,8 @@ class StepPlan:
     step: int  # replica step index of the (first) step
     prefills: list[PrefillChunk]
     decode_batch_size: int  # sequences computing one decode token (padding slots included)
-    decode_context_sum: int  # Σ KV length incl. the new token over decode slots, first step
-    context_growth: int  # decode_context_sum grows by this each repeated step
+    decode_context_sum: int  # Σ KV length incl. the new token over decode slots, first step;
+    # each repeated step adds one key per decode slot
     emitting: int  # sequences that emit a token at the end of each repeated decode step
     kv_blocks_used: np.ndarray  # (repeatable_steps,) blocks in use during each step
     preempted: list[Sequence] = field(default_factory=list)  # evicted while planning

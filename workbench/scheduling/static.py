@@ -120,7 +120,6 @@ class StaticBatching(BatchPolicy):
             prefills=chunks,
             decode_batch_size=decode_slots,
             decode_context_sum=context_sum,
-            context_growth=decode_slots,
             emitting=len(self.live),
             kv_blocks_used=np.full(repeat, self.used_blocks, dtype=np.int64),
             repeatable_steps=repeat,
