@@ -15,12 +15,14 @@ from dataclasses import dataclass
 
 import torch
 
+from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest
+from real_backend.decoders.vanilla import VanillaDecoder
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.transformer import SeqStep, Transformer
 from real_backend.sampling import next_token, request_generator
 from workbench.recorder import Recorder
 from workbench.records import RunRecords
-from workbench.scenario.system import VanillaDecoderConfig
+from workbench.scenario.decoders import SamplingConfig
 from workbench.scheduling.plan import PrefillChunk, StepPlan
 from workbench.scheduling.policy import BatchPolicy
 from workbench.scheduling.sequence import Sequence
@@ -29,7 +31,7 @@ from workbench.workload.requests import Workload
 
 @dataclass
 class ServeOptions:
-    sampling: VanillaDecoderConfig
+    sampling: SamplingConfig  # the decoder's: prefill emissions sample the same way
     seed: int
     eos_token_id: int | None
     ignore_eos: bool = True
@@ -61,12 +63,14 @@ class RealEngine:
         cache: PagedKVCache,
         policy: BatchPolicy,
         options: ServeOptions,
+        decoder: Decoder | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.model = model
         self.cache = cache
         self.policy = policy
         self.options = options
+        self.decoder = decoder or VanillaDecoder(model, cache, options.sampling)
         self.clock = clock
         self.tokens: dict[int, list[int]] = {}  # request id → prompt + emitted token ids
         self.generators: dict[int, torch.Generator] = {}
@@ -143,40 +147,60 @@ class RealEngine:
     def _run(self, plan: StepPlan) -> None:
         for seq in plan.preempted:  # recompute preemption: the KV goes, the tokens stay
             self.cache.free(seq.request_id)
-            self._close_span(seq, plan.step - 1)
+            self.decoder.release(seq.request_id)
+            self.recorder.close_span(seq, 0, plan.step - 1)
         started_s = self._now()
         # Prompt tokens really computed (a static plan counts padding; the engine runs real ones).
         prefill_tokens = sum(len(self._chunk_ids(c)) for c in plan.prefills)
-        emitted = self._forward(plan)
+        emitted, outcome = self._forward(plan)
         ended_s = self._now()
-        stopped = self._stopped(emitted)
-        result = self.policy.complete(plan, 1, stopped)
-        self._record_step(plan, started_s, ended_s, emitted, prefill_tokens)
+        stopped = self._stop_at_eos(emitted)
+        for rid, tokens in emitted.items():
+            self.tokens[rid].extend(tokens)
+        extra = self._bursts(plan.step, emitted)
+        result = self.policy.complete(plan, 1, stopped, extra)
+        self._record_step(plan, started_s, ended_s, emitted, prefill_tokens, outcome)
         for seq in result.started:
             if math.isnan(self.recorder.first_token_s[seq.request_id]):  # first ever emission
                 self.recorder.first_token_s[seq.request_id] = ended_s
         for seq in result.finished:
             self._finish(seq, ended_s)
 
-    def _forward(self, plan: StepPlan) -> dict[int, int]:
-        """Run the plan: decodes in one call, prefill chunks in padded groups."""
-        emitted: dict[int, int] = {}
+    def _forward(self, plan: StepPlan) -> tuple[dict[int, list[int]], DecodeOutcome | None]:
+        """Run the plan: the decoder's step for the decodes, prefill chunks in padded groups."""
+        emitted: dict[int, list[int]] = {}
+        outcome = None
         decodes = self.policy.decode_sequences()
         if decodes:
-            steps = [SeqStep(s.request_id, [self.tokens[s.request_id][-1]]) for s in decodes]
-            for seq, logits in zip(
-                decodes, self.model.step(self.cache, steps, last_only=True), strict=True
-            ):
-                if seq.generated < seq.output_tokens:  # static batching pads finished slots
-                    emitted[seq.request_id] = self._choose(seq.request_id, logits[-1])
+            outcome = self.decoder.decode([self._decode_request(s) for s in decodes])
+            for seq, tokens in zip(decodes, outcome.emitted, strict=True):
+                if self._remaining(seq) > 0:  # static batching pads finished slots
+                    emitted[seq.request_id] = tokens
         for group in prefill_groups(plan.prefills):
             steps = [SeqStep(c.seq.request_id, self._chunk_ids(c)) for c in group]
             for chunk, logits in zip(group, self.model.step(self.cache, steps, True), strict=True):
                 if chunk.context_tokens + chunk.tokens >= chunk.seq.prefill_target:  # (static pads)
-                    emitted[chunk.seq.request_id] = self._choose(chunk.seq.request_id, logits[-1])
-        for rid, token in emitted.items():
-            self.tokens[rid].append(token)
-        return emitted
+                    token = self._choose(chunk.seq.request_id, logits[-1])
+                    emitted[chunk.seq.request_id] = [token]
+        return emitted, outcome
+
+    def _decode_request(self, seq: Sequence) -> DecodeRequest:
+        rid = seq.request_id
+        return DecodeRequest(rid, self.tokens[rid], max(self._remaining(seq), 1), self.generators[rid])
+
+    def _remaining(self, seq: Sequence) -> int:
+        """Tokens `seq` may still emit (the policy's counters of decoding members are lazy)."""
+        emitted = len(self.tokens[seq.request_id]) - len(self._prompts[seq.request_id])
+        return seq.output_tokens - emitted
+
+    def _bursts(self, step: int, emitted: dict[int, list[int]]) -> dict[int, int]:
+        """Record multi-token emissions; return the extra tokens per request for the policy."""
+        extra = {rid: len(tokens) - 1 for rid, tokens in emitted.items() if len(tokens) > 1}
+        if extra:
+            members = {s.request_id: s for s in self.policy.decode_sequences()}
+            for rid, more in extra.items():
+                self.recorder.burst(members[rid], 0, step, 1 + more)
+        return extra
 
     def _chunk_ids(self, chunk: PrefillChunk) -> list[int]:
         start = chunk.context_tokens
@@ -185,20 +209,27 @@ class RealEngine:
     def _choose(self, request_id: int, logits: torch.Tensor) -> int:
         return next_token(logits, self.options.sampling, self.generators[request_id])
 
-    def _stopped(self, emitted: dict[int, int]) -> set[int]:
+    def _stop_at_eos(self, emitted: dict[int, list[int]]) -> set[int]:
+        """Cut each emission after an EOS; return the requests that emitted one."""
         eos = self.options.eos_token_id
         if self.options.ignore_eos or eos is None:
             return set()
-        return {rid for rid, token in emitted.items() if token == eos}
+        stopped = set()
+        for rid, tokens in emitted.items():
+            if eos in tokens:
+                del tokens[tokens.index(eos) + 1 :]
+                stopped.add(rid)
+        return stopped
 
     def _finish(self, seq: Sequence, now_s: float) -> None:
         rec = self.recorder
         rec.finish_s[seq.request_id] = now_s
         rec.output_tokens[seq.request_id] = seq.generated
         rec.preemptions[seq.request_id] = seq.preemptions
-        self._close_span(seq, self.policy.step - 1)
+        self.recorder.close_span(seq, 0, self.policy.step - 1)
         if seq.request_id in self.cache.tables:
             self.cache.free(seq.request_id)
+        self.decoder.release(seq.request_id)
         self._finished += 1
         if self._progress is not None:
             self._progress(1)
@@ -210,7 +241,13 @@ class RealEngine:
     # ------------------------------------------------------------------ records
 
     def _record_step(
-        self, plan: StepPlan, start_s: float, end_s: float, emitted: dict, prefill_tokens: int
+        self,
+        plan: StepPlan,
+        start_s: float,
+        end_s: float,
+        emitted: dict[int, list[int]],
+        prefill_tokens: int,
+        outcome: DecodeOutcome | None,
     ) -> None:
         self.recorder.steps.append(
             replica=0,
@@ -221,13 +258,10 @@ class RealEngine:
             prefill_tokens=prefill_tokens,
             decode_tokens=plan.decode_batch_size,
             kv_blocks_used=self.cache.allocator.num_blocks - self.cache.num_free_blocks,
-            emitted_tokens=len(emitted),
+            emitted_tokens=sum(len(tokens) for tokens in emitted.values()),
+            drafted_tokens=outcome.drafted if outcome else 0,
+            accepted_tokens=outcome.accepted if outcome else 0,
         )
-
-    def _close_span(self, seq: Sequence, last_step: int) -> None:
-        if seq.first_emit_step >= 0:
-            self.recorder.span(seq.request_id, 0, seq.first_emit_step, last_step)
-            seq.first_emit_step = -1
 
     def _records(self) -> RunRecords:
         prompt_tokens = torch.tensor([len(p) for p in self._prompts]).numpy()

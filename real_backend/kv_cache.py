@@ -161,6 +161,26 @@ class PagedKVCache:
         del table[keep:]
         self.lengths[seq] = n_tokens
 
+    def keep(self, seq: SeqId, start: int, offsets: list[int]) -> None:
+        """Keep only the tokens ``start + offsets[j]`` after ``start``, moved to ``start + j``:
+        an accepted tree path becomes a contiguous prefix; the rest is rolled back.
+
+        ``offsets`` must be increasing, so every move goes to an earlier (or the same) slot.
+        The moved-into blocks were written this step, hence private (copied on write).
+        """
+        if any(b <= a for a, b in zip(offsets, offsets[1:], strict=False)) or (
+            offsets and (offsets[0] < 0 or start + offsets[-1] >= self.lengths[seq])
+        ):
+            raise ValueError(f"offsets must increase within {seq!r}'s new tokens: {offsets}")
+        moves = [(start + j, start + o) for j, o in enumerate(offsets) if o != j]
+        if moves:
+            dst = torch.tensor([self.slot(seq, d) for d, _ in moves], device=self.k.device)
+            src = torch.tensor([self.slot(seq, s) for _, s in moves], device=self.k.device)
+            for cache in (self.k, self.v):
+                flat = cache.view(cache.shape[0], -1, *cache.shape[3:])  # (L, slots, n_kv, hd)
+                flat[:, dst] = flat[:, src]
+        self.truncate(seq, start + len(offsets))
+
     def free(self, seq: SeqId) -> None:
         """Drop ``seq``; its blocks return to the pool once no other sequence holds them."""
         for block in self.tables.pop(seq):

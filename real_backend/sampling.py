@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from workbench.scenario.system import VanillaDecoderConfig
+from workbench.scenario.decoders import SamplingConfig
 
 
 def request_generator(seed: int, request_id: int) -> torch.Generator:
@@ -14,18 +14,22 @@ def request_generator(seed: int, request_id: int) -> torch.Generator:
     return generator
 
 
-def next_token(logits: torch.Tensor, cfg: VanillaDecoderConfig, generator: torch.Generator) -> int:
+def next_token(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator) -> int:
     """One token from `logits` (vocab,)."""
     if cfg.temperature == 0:
         return int(torch.argmax(logits))
-    scores = logits.float() / cfg.temperature  # (V,)
+    return int(torch.multinomial(token_probs(logits, cfg), 1, generator=generator))
+
+
+def token_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """The sampling distribution (..., V) after temperature, top-k and top-p (temperature > 0)."""
+    scores = logits.float() / cfg.temperature  # (..., V)
     if cfg.top_k:
-        kth = torch.topk(scores, min(cfg.top_k, scores.numel())).values[-1]
+        kth = torch.topk(scores, min(cfg.top_k, scores.shape[-1]), dim=-1).values[..., -1:]
         scores = scores.masked_fill(scores < kth, float("-inf"))
     if cfg.top_p < 1:
-        sorted_scores, order = torch.sort(scores, descending=True)
-        cumulative = torch.softmax(sorted_scores, -1).cumsum(-1)
-        drop = cumulative - torch.softmax(sorted_scores, -1) >= cfg.top_p  # keep the first past p
-        scores = scores.scatter(0, order[drop], float("-inf"))
-    probs = torch.softmax(scores, -1)
-    return int(torch.multinomial(probs, 1, generator=generator))
+        sorted_scores, order = torch.sort(scores, dim=-1, descending=True)
+        sorted_probs = torch.softmax(sorted_scores, -1)
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= cfg.top_p  # keep the first past p
+        scores = scores.scatter(-1, order, sorted_scores.masked_fill(drop, float("-inf")))
+    return torch.softmax(scores, -1)

@@ -7,16 +7,20 @@ from pathlib import Path
 
 import torch
 
+from kernels.dispatch import KernelChoice, KernelUnavailable
+from real_backend.decoders.factory import build_decoder
 from real_backend.engine import RealEngine, ServeOptions
 from real_backend.model.loading import load_checkpoint
-from real_backend.prompts import synthetic_prompts
+from real_backend.model.transformer import Transformer
+from real_backend.prompts import request_prompts
 from workbench.errors import WorkbenchError
 from workbench.records import RunRecords
+from workbench.scenario.decoders import SpeculativeDecoderConfig
 from workbench.scenario.scenario import Scenario
 from workbench.scenario.system import ContinuousBatchingConfig
 from workbench.scheduling.blocks import blocks_for
 from workbench.scheduling.factory import build_policy, check_feasible
-from workbench.workload.generate import generate_workload
+from workbench.workload.generate import workload_for
 from workbench.workload.requests import Workload
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -30,10 +34,10 @@ def serve_scenario(scenario: Scenario, progress=None) -> RunRecords:
     folder = checkpoint_folder(scenario)
     device = pick_device(scenario.hardware.gpu)
     model = load_checkpoint(folder, dtype_of(scenario.model.dtype), device)
+    kernels = use_kernels(model, scenario.model.kernels)
     eos = _eos_token_id(folder)
-    workload = generate_workload(scenario.workload, scenario.seed)
-    avoid = {eos} if eos is not None else set()
-    prompts = synthetic_prompts(workload.prompt_tokens, model.args.vocab_size, scenario.seed, avoid)
+    workload = workload_for(scenario)
+    prompts = request_prompts(workload, model.args.vocab_size, scenario.seed, eos)
     num_blocks = real_kv_blocks(scenario, workload)
     lengths = workload.prompt_tokens + workload.output_tokens
     check_feasible(
@@ -50,9 +54,14 @@ def serve_scenario(scenario: Scenario, progress=None) -> RunRecords:
         eos_token_id=eos,
         ignore_eos=scenario.workload.ignore_eos,
     )
-    engine = RealEngine(model, cache, build_policy(scenario.scheduler, num_blocks), options)
+    decoder = build_decoder(scenario.decoder, model, cache, draft_folder(scenario))
+    policy = build_policy(scenario.scheduler, num_blocks, decoder.lookahead_slots)
+    engine = RealEngine(model, cache, policy, options, decoder)
     records, _outputs = engine.serve(workload, prompts, progress)
     records.info.update(run_info(folder, device, scenario.model.dtype, num_blocks))
+    records.info["kernels"] = kernels
+    if workload.category is not None:
+        records.requests.category = workload.category
     return records
 
 
@@ -65,6 +74,24 @@ def checkpoint_folder(scenario: Scenario) -> Path:
             field="model",
         )
     return path if path.is_dir() else path.parent
+
+
+def draft_folder(scenario: Scenario) -> Path | None:
+    """The speculative decoder's draft checkpoint folder (the runner resolves zoo names)."""
+    decoder = scenario.decoder
+    if not isinstance(decoder, SpeculativeDecoderConfig) or decoder.draft.config_path is None:
+        return None
+    path = decoder.draft.config_path
+    return path if path.is_dir() else path.parent
+
+
+def use_kernels(model: Transformer, choice: KernelChoice) -> str:
+    """Select the model's kernels now, so an impossible choice fails before serving; returns
+    the implementation that runs ("triton" or "reference")."""
+    try:
+        return model.use_kernels(choice).name
+    except KernelUnavailable as e:
+        raise WorkbenchError(str(e), field="model.kernels") from e
 
 
 def pick_device(gpu: str) -> str:

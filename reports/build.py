@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reports.collect import RunData, collect_run
-from reports.content import FigureImage, Report
+from reports.content import FigureImage, Report, Table
+from reports.decoders import decoder_tables, sim_vs_real_table
 from reports.html import render_html
 from reports.markdown import render_markdown
-from reports.tables import latency_table, overview_table
+from reports.tables import latency_table, overview_table, seqsched_table
 from workbench.errors import WorkbenchError
 from workbench.store import ResultsStore
 
@@ -35,7 +36,7 @@ def build_report(store: ResultsStore, run_ids: list[str] | None, out_dir: Path) 
             ("Runs", str(len(runs))),
             ("Generated", datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")),
         ],
-        tables=[overview_table(runs), latency_table(runs)],
+        tables=_tables(runs),
         figures=_figures(runs),
     )
     out_dir = Path(out_dir)
@@ -58,6 +59,18 @@ def _resolve(store: ResultsStore, run_ids: list[str] | None) -> list[str]:
     return ids
 
 
+def _tables(runs: list[RunData]) -> list[Table]:
+    tables = [overview_table(runs), latency_table(runs)]
+    batched = [run for run in runs if run.batches is not None]
+    if batched:
+        tables.append(seqsched_table(batched))
+    tables += decoder_tables(runs)
+    twins = sim_vs_real_table(runs)
+    if twins is not None:
+        tables.append(twins)
+    return tables
+
+
 def _figures(runs: list[RunData]) -> list[FigureImage]:
     from reports import figures  # imports matplotlib, after the backend is chosen
 
@@ -66,6 +79,10 @@ def _figures(runs: list[RunData]) -> list[FigureImage]:
         for metric in ("ttft", "tpot", "e2e")
     ]
     images.append(_image("throughput", "Throughput and goodput", figures.throughput_bars(runs)))
+    batched = [run for run in runs if run.batches is not None]
+    if batched:
+        figure = figures.batch_length_vs_useful(batched)
+        images.append(_image("batch_lengths", "Batch length against useful tokens", figure))
     groups = figures.sweep_groups(runs)
     if groups:
         images.append(_image("rate_sweep", "Sweep over arrival rate", figures.rate_sweep(groups)))

@@ -7,13 +7,15 @@ module), and dropped; a report keeps only the latency samples and downsampled st
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
 
 from workbench import metrics
+from workbench.batch_metrics import Batches, find_batches
+from workbench.decoder_metrics import category_breakdown
 from workbench.records import StepRecords
 from workbench.scenario.system import SLOConfig
 from workbench.store import ResultsStore
@@ -30,6 +32,9 @@ class RunData:
     latencies_s: dict[str, np.ndarray]  # ttft/tpot/e2e of completed requests: (n_metric,)
     step_series: dict[int, dict[str, np.ndarray]]  # replica → time_s, batch_size, kv_blocks
     replicas_total: int
+    batches: Batches | None = None  # static-batch runs: per batch length, slots, useful tokens
+    # prompt category → completed, mean_tpot_ms, mean_tokens_per_decode_step (empty: none)
+    by_category: dict[str, dict[str, metrics.Number]] = field(default_factory=dict)
 
     @property
     def run_id(self) -> str:
@@ -46,6 +51,12 @@ class RunData:
         arrival = self.config.get("workload", {}).get("arrival", {})
         rate = arrival.get("rate_per_s") if isinstance(arrival, dict) else None
         return float(rate) if isinstance(rate, int | float) else None
+
+    @property
+    def cost_model(self) -> str:
+        cost = self.config.get("cost_model", {})
+        kind = str(cost.get("kind", "?"))
+        return f"{kind} {cost['step_ms']:g} ms" if "step_ms" in cost else kind
 
     @property
     def hardware(self) -> str:
@@ -68,13 +79,16 @@ def collect_run(store: ResultsStore, run_id: str) -> RunData:
         for name in ("ttft", "tpot", "e2e")
     }
     series, total = _step_series(records.steps)
+    summary = metrics.summarize(records, slo_from_config(config))
     return RunData(
         run=run,
         config=config,
-        summary=metrics.summarize(records, slo_from_config(config)),
+        summary=summary,
         latencies_s=latencies,
         step_series=series,
         replicas_total=total,
+        batches=find_batches(records) if "effective_token_ratio" in summary else None,
+        by_category=category_breakdown(records),
     )
 
 

@@ -14,6 +14,7 @@ from reports.collect import RunData
 CDF_POINTS = 2000  # quantiles drawn per CDF line, whatever the sample size
 LATENCY_TITLES = {"ttft": "Time to first token", "tpot": "Time per output token"}
 LATENCY_TITLES["e2e"] = "End-to-end latency"
+BATCH_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # hollow: overlaps stay visible
 
 
 def png_bytes(figure: Figure) -> bytes:
@@ -118,4 +119,52 @@ def steps_over_time(run: RunData) -> Figure:
     if len(run.step_series) > 1:
         batch_axes.legend(fontsize="small")
     figure.suptitle(f"Engine steps: {run.label}")
+    return figure
+
+
+def batch_length_vs_useful(runs: list[RunData]) -> Figure:
+    """Static-batch runs: each batch's length against the useful tokens per slot it yielded
+    (the diagonal is a batch without padding), and per run the average batch length beside
+    the useful tokens per request. Runs sharing a scenario name share their batches (the
+    cost model does not change the schedule): the first of each is drawn."""
+    figure = Figure(figsize=(11, 4.5), layout="constrained")
+    scatter_axes, bar_axes = figure.subplots(1, 2, width_ratios=[3, 2])
+    drawn = list({str(run.run["scenario_name"]): run for run in reversed(runs)}.values())[::-1]
+    longest = 1
+    for index, run in enumerate(drawn):
+        batches = run.batches
+        assert batches is not None
+        per_slot = batches.useful_tokens / np.maximum(batches.slots, 1)  # (b,)
+        color = f"C{index % 10}"
+        scatter_axes.scatter(
+            batches.length,
+            per_slot,
+            s=8 + batches.slots / 2,
+            marker=BATCH_MARKERS[index % len(BATCH_MARKERS)],
+            facecolors="none",
+            edgecolors=color,
+            linewidths=0.8,
+            label=str(run.run["scenario_name"]),
+        )
+        longest = max(longest, int(batches.length.max()))
+    scatter_axes.plot([0, longest], [0, longest], color="grey", lw=0.8, ls="--")
+    scatter_axes.set_xlabel("batch length (steps, padding included)")
+    scatter_axes.set_ylabel("useful tokens per slot")
+    scatter_axes.set_title("Batches (marker size: batch size; dashed: no padding)")
+    scatter_axes.grid(alpha=0.3)
+    scatter_axes.legend(fontsize="small")
+    x = np.arange(len(drawn))
+    length = [run.summary.get("avg_batch_length") or 0.0 for run in drawn]
+    useful = [
+        run.summary["total_output_tokens"] / max(int(run.summary["completed"] or 0), 1)
+        for run in drawn
+    ]
+    bar_axes.bar(x - 0.2, length, width=0.4, label="avg batch length")
+    bar_axes.bar(x + 0.2, useful, width=0.4, label="useful tokens per request")
+    bar_axes.set_xticks(x, [str(r.run["scenario_name"]) for r in drawn], rotation=30,
+                        ha="right", fontsize="small")  # fmt: skip
+    bar_axes.set_ylabel("tokens per request")
+    bar_axes.grid(axis="y", alpha=0.3)
+    bar_axes.legend(fontsize="small")
+    figure.suptitle("Batch length against useful tokens")
     return figure

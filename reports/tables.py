@@ -79,3 +79,30 @@ def latency_table(runs: list[RunData]) -> Table:
         note="Completed requests; percentiles interpolate linearly (DuckDB quantile_cont); "
         "n = samples. TPOT excludes one-token requests; ITL counts one gap per emission.",
     )
+
+
+SEQSCHED_COLUMNS: list[tuple[str, Callable[[RunData], str]]] = [
+    ("Run", lambda run: run.run_id),
+    ("Scenario", lambda run: str(run.run["scenario_name"])),
+    ("Cost model", lambda run: run.cost_model),
+    ("Samples/s", _summary_cell("request_throughput", 3)),
+    ("Avg batch length", _summary_cell("avg_batch_length", 1)),
+    ("Effective tokens (paper)", _summary_cell("effective_token_ratio_paper", 3)),
+    ("Effective tokens", _summary_cell("effective_token_ratio", 3)),
+    ("FCR ratio", _summary_cell("fcr_ratio", 3)),
+    ("Decode iterations", _summary_cell("decode_iterations", 0)),
+]
+
+
+def seqsched_table(runs: list[RunData]) -> Table:
+    """The sequence-scheduling paper's metrics, for runs of static-batch schedulers."""
+    return Table(
+        title="Sequence scheduling (static batches)",
+        headers=[header for header, _ in SEQSCHED_COLUMNS],
+        rows=[[cell(run) for _, cell in SEQSCHED_COLUMNS] for run in runs],
+        text_columns=3,
+        note="Effective tokens = useful output tokens / computed token slots (padding "
+        "included). The paper counts each request once, in its final batch; the other column "
+        "also counts the wasted first attempt of FCR failures. Avg batch length: per sample, "
+        "in steps. Decode iterations: engine steps, prefill steps included.",
+    )

@@ -53,14 +53,22 @@ def kv_capacity_blocks(
     dtype: str,
     kv: KVCacheConfig,
     max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
+    draft: ModelSpec | None = None,
 ) -> int:
-    """KV blocks of one replica: `kv.num_blocks` if given, else what the memory leaves."""
+    """KV blocks of one replica: `kv.num_blocks` if given, else what the memory leaves.
+
+    A speculative decoder's `draft` lives on the same GPUs: its weights come off the budget
+    and every block holds the draft's KV of its tokens too (vLLM sizes both caches alike).
+    """
     if kv.num_blocks is not None:
         return kv.num_blocks
     budget = int(kv.gpu_memory_utilization * gpu.memory_bytes) * tensor_parallel
     usable = budget - activation_reserve_bytes(model, tensor_parallel, dtype, max_batched_tokens)
     weights = model.weight_bytes(dtype_bytes(dtype))
     block_bytes = kv.block_size * kv_bytes_per_token_replica(model, tensor_parallel, dtype)
+    if draft is not None:
+        weights += draft.weight_bytes(dtype_bytes(dtype))
+        block_bytes += kv.block_size * kv_bytes_per_token_replica(draft, tensor_parallel, dtype)
     if weights + block_bytes > usable:
         raise WorkbenchError(
             f"{model.name} {dtype} needs {weights / _GIB:.1f} GiB of weights; "

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import simpy
 
 from simulator.cost_models.base import CostModel
+from simulator.decoders.stepper import MultiTokenStepper
 from simulator.replica import SimReplica, at
 from workbench.recorder import Recorder
 from workbench.records import RunRecords
@@ -31,7 +32,9 @@ class Simulation:
         *,
         bulk_steps: bool = True,
         progress: ProgressFn | None = None,
+        decoders: list[MultiTokenStepper | None] | None = None,
     ) -> None:
+        """decoders: per replica, the multi-token decoder's stepper (None: vanilla)."""
         self.workload = workload
         self.env = simpy.Environment()
         self.recorder = Recorder(len(workload))
@@ -39,9 +42,10 @@ class Simulation:
         self.policies = policies
         self.progress = progress
         span = MAX_SPAN_STEPS if bulk_steps else 1
+        steppers = decoders if decoders is not None else [None] * len(policies)
         self.replicas = [
-            SimReplica(self.env, i, p, c, self.recorder, self._on_finish, span)
-            for i, (p, c) in enumerate(zip(policies, cost_models, strict=True))
+            SimReplica(self.env, i, p, c, self.recorder, self._on_finish, span, d)
+            for i, (p, c, d) in enumerate(zip(policies, cost_models, steppers, strict=True))
         ]
         self._next_request = 0  # closed loop: next request id to issue
         self._releases: dict[float, list[int]] = {}  # closed loop: release time → finished ids
@@ -79,6 +83,9 @@ class Simulation:
             arrival_s=now_s,
             prompt_tokens=int(w.prompt_tokens[request_id]),
             output_tokens=int(w.output_tokens[request_id]),
+            predicted_tokens=(
+                None if w.predicted_tokens is None else int(w.predicted_tokens[request_id])
+            ),
         )
         index = self.router.pick(self.policies)
         self.recorder.replica[request_id] = index

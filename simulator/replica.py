@@ -5,6 +5,10 @@ one span of up to `max_span_steps` steps whose end times are computed at once; a
 in the middle truncates the span after the step in flight, exactly where a step-by-step
 engine would first see the new request. Step-end timers are URGENT, so at equal times a
 replica finishes its step before an arrival is routed.
+
+With a multi-token decoder (speculative, lookahead) a `MultiTokenStepper` draws and prices
+each decode step (the policy never repeats one); its extra tokens are written as bursts
+and reported to the policy as `extra`. Vanilla decoding never touches it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import simpy
 from simpy.events import URGENT
 
 from simulator.cost_models.base import CostModel, StepWork
+from simulator.decoders.stepper import MultiTokenStepper, StepDraw
 from workbench.recorder import Recorder
 from workbench.scheduling.plan import StepPlan
 from workbench.scheduling.policy import BatchPolicy
@@ -48,6 +53,7 @@ class SimReplica:
         recorder: Recorder,
         on_finish: Callable[[Sequence, float], None],
         max_span_steps: int,
+        decoder: MultiTokenStepper | None = None,
     ) -> None:
         self.env = env
         self.index = index
@@ -56,6 +62,8 @@ class SimReplica:
         self.recorder = recorder
         self.on_finish = on_finish
         self.max_span_steps = max_span_steps
+        self.decoder = decoder
+        self._draw: StepDraw | None = None  # the multi-token decode step in flight
         self.clock_s = 0.0  # exact end of the last committed step
         self._plan: StepPlan | None = None
         self._ends: np.ndarray = np.empty(0)  # (k,) end times of the span's steps
@@ -100,6 +108,7 @@ class SimReplica:
             self._wake_later()
             return
         self._close_spans(plan.preempted, plan.step - 1)
+        self._release_drafts(plan.preempted)
         steps = min(plan.repeatable_steps, self.max_span_steps)
         durations = self._durations(plan, steps)  # (steps,)
         self._plan = plan
@@ -108,6 +117,11 @@ class SimReplica:
         self._arm(self._ends[steps - 1])
 
     def _durations(self, plan: StepPlan, steps: int) -> np.ndarray:
+        self._draw = None
+        if self.decoder is not None and plan.decode_batch_size:
+            seqs = self.policy.decode_sequences()
+            self._draw = self.decoder.plan_step(plan, seqs, self.cost_model)
+            return np.array([self._draw.duration_s])
         if plan.prefills:
             work = StepWork(
                 prefill_chunk_tokens=tuple(c.tokens for c in plan.prefills),
@@ -130,7 +144,8 @@ class SimReplica:
         assert plan is not None
         self._record_steps(plan, steps)
         self.clock_s = float(self._ends[steps - 1])
-        result = self.policy.complete(plan, steps)
+        extra = None if self._draw is None else self._bursts(plan.step, self._draw)
+        result = self.policy.complete(plan, steps, extra=extra)
         for seq in result.started:
             if np.isnan(self.recorder.first_token_s[seq.request_id]):
                 self.recorder.first_token_s[seq.request_id] = self.clock_s
@@ -140,6 +155,7 @@ class SimReplica:
             self.recorder.output_tokens[seq.request_id] = seq.generated
             self.recorder.preemptions[seq.request_id] = seq.preemptions
             self.on_finish(seq, self.clock_s)
+        self._release_drafts(result.finished)
         self._plan = None
         self._next_span()
 
@@ -168,17 +184,33 @@ class SimReplica:
                 duration_s=ends - starts,
                 kv_blocks_used=plan.kv_blocks_used[:steps],
             )
+        draw = self._draw
+        drafted, accepted = (0, 0) if draw is None else (draw.drafted, draw.accepted_total)
         columns.extend_constant(
             steps,
             replica=self.index,
             batch_size=plan.batch_size,
             prefill_tokens=plan.prefill_tokens,
             decode_tokens=plan.decode_batch_size,
-            emitted_tokens=plan.emitting,
+            emitted_tokens=plan.emitting + accepted,
+            drafted_tokens=drafted,
+            accepted_tokens=accepted,
         )
+
+    def _bursts(self, step: int, draw: StepDraw) -> dict[int, int]:
+        """Write the step's multi-token emissions; return the extra tokens per request."""
+        extra: dict[int, int] = {}
+        for seq, more in zip(draw.sequences, draw.accepted.tolist(), strict=True):
+            if more:
+                self.recorder.burst(seq, self.index, step, 1 + more)
+                extra[seq.request_id] = more
+        return extra
+
+    def _release_drafts(self, seqs: list[Sequence]) -> None:
+        if self.decoder is not None:
+            for seq in seqs:
+                self.decoder.release(seq.request_id)
 
     def _close_spans(self, seqs: list[Sequence], last_step: int) -> None:
         for seq in seqs:
-            if seq.first_emit_step >= 0:
-                self.recorder.span(seq.request_id, self.index, seq.first_emit_step, last_step)
-                seq.first_emit_step = -1
+            self.recorder.close_span(seq, self.index, last_step)

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from simulator.capacity import kv_capacity_blocks
 from simulator.catalogs.hardware import get_gpu
 from simulator.catalogs.models import resolve_model
 from simulator.cost_models.factory import build_cost_model
+from simulator.decoders.factory import build_steppers, draft_spec
 from simulator.engine import ProgressFn, Simulation
 from workbench.records import RunRecords
+from workbench.scenario.decoders import lookahead_slots
 from workbench.scenario.scenario import Scenario
 from workbench.scenario.system import ContinuousBatchingConfig
 from workbench.scheduling.factory import build_policy, check_feasible
+from workbench.scheduling.length_predictors import with_predictions
 from workbench.scheduling.routing import build_router
-from workbench.workload.generate import generate_workload
+from workbench.workload.generate import workload_for
 from workbench.workload.requests import Workload
+
+if TYPE_CHECKING:
+    from workbench.store.db import ResultsStore
 
 
 def replica_kv_blocks(scenario: Scenario) -> int:
@@ -28,16 +36,20 @@ def replica_kv_blocks(scenario: Scenario) -> int:
         hw.tensor_parallel,
         scenario.model.dtype,
         sched.kv_cache,
+        draft=draft_spec(scenario),
         **extra,
     )
 
 
 def simulate(
-    scenario: Scenario, workload: Workload | None = None, progress: ProgressFn | None = None
+    scenario: Scenario,
+    workload: Workload | None = None,
+    progress: ProgressFn | None = None,
+    store: ResultsStore | None = None,
 ) -> RunRecords:
-    workload = (
-        workload if workload is not None else generate_workload(scenario.workload, scenario.seed)
-    )
+    """store: the results database, for a decoder calibrated from a stored run."""
+    workload = workload if workload is not None else workload_for(scenario)
+    workload = with_predictions(workload, scenario.scheduler, scenario.seed)
     num_blocks = replica_kv_blocks(scenario)
     check_feasible(
         scenario.scheduler,
@@ -48,14 +60,20 @@ def simulate(
     )
     replicas = scenario.hardware.replicas
     cost_model = build_cost_model(scenario)  # stateless: shared by the replicas
+    steppers, decoder_info = build_steppers(scenario, replicas, store)
+    slots = lookahead_slots(scenario.decoder)
     sim = Simulation(
         workload,
-        [build_policy(scenario.scheduler, num_blocks) for _ in range(replicas)],
+        [build_policy(scenario.scheduler, num_blocks, slots) for _ in range(replicas)],
         [cost_model] * replicas,
         build_router(scenario.routing.kind),
         bulk_steps=scenario.simulator.bulk_steps,
         progress=progress,
+        decoders=steppers,
     )
     records = sim.run()
+    if workload.category is not None:
+        records.requests.category = workload.category
     records.info.update({"kv_blocks_per_replica": str(num_blocks), "replicas": str(replicas)})
+    records.info.update(decoder_info)
     return records

@@ -9,7 +9,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from real_backend.zoo import build
 from workbench.cli import main
 from workbench.store.db import ResultsStore
 
@@ -17,10 +16,8 @@ SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart_re
 
 
 @pytest.fixture(scope="module")
-def zoo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("zoo")
-    build("tiny", cache_dir=folder)
-    return folder
+def zoo_dir(tiny_zoo: Path) -> Path:
+    return tiny_zoo  # built once per session (conftest.py)
 
 
 def test_real_and_sim_runs_and_a_side_by_side_report(zoo_dir: Path, tmp_path: Path) -> None:

@@ -6,12 +6,17 @@ same `RunRecords`, so a simulated and a real run are measured by one definition:
 - TTFT = first emission − arrival; E2E = finish − arrival (completed requests only).
 - TPOT = (E2E − TTFT) / (output tokens − 1) per request; undefined for one-token requests.
 - ITL = gaps between consecutive emissions of a request. A multi-token emission (speculative,
-  lookahead, APAR) is one emission: its tokens arrive together.
+  lookahead, APAR) is one emission: its tokens arrive together, so it adds one gap, as in
+  vLLM's benchmark (one ITL entry per streamed chunk, whatever its token count); TPOT
+  spreads the same time over every token, so TPOT < ITL when steps emit several.
 - Throughput = completed requests (and tokens) / (last finish − first arrival).
 - Goodput = completed requests meeting every given SLO / duration.
 - Percentiles: linear interpolation, identical to numpy's default and DuckDB `quantile_cont`.
 
 Key names follow vLLM's benchmark (`mean_ttft_ms`, `p99_tpot_ms`, `request_goodput`...).
+Runs of static-batch schedulers (the run's `info["scheduler"]`) also get the sequence-
+scheduling paper's metrics, `effective_token_ratio` and co. (`workbench.batch_metrics`);
+runs that drafted tokens get acceptance and tokens per step (`workbench.decoder_metrics`).
 Everything is vectorised numpy: ITL is never expanded to one row per token.
 """
 
@@ -19,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from workbench.batch_metrics import STATIC_BATCH_SCHEDULERS, batch_summary
+from workbench.decoder_metrics import decoder_summary, drafted_anything
 from workbench.errors import WorkbenchError
 from workbench.records import EmissionSpans, RunRecords, StepRecords
 from workbench.scenario.system import SLOConfig
@@ -301,6 +308,10 @@ def summarize(records: RunRecords, slo: SLOConfig | None = None) -> dict[str, Nu
     batch = np.asarray(records.steps.batch_size)
     summary["mean_batch_size"] = float(batch.mean()) if len(batch) else None
     summary["preemptions"] = int(np.asarray(records.requests.preemptions, dtype=np.int64).sum())
+    if records.info.get("scheduler") in STATIC_BATCH_SCHEDULERS:
+        summary.update(batch_summary(records))  # the sequence-scheduling paper's metrics
+    if drafted_anything(records):
+        summary.update(decoder_summary(records))  # speculative / lookahead decoders
     return summary
 
 

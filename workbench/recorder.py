@@ -7,6 +7,7 @@ from array import array
 import numpy as np
 
 from workbench.records import EmissionSpans, RequestRecords, StepRecords
+from workbench.scheduling.sequence import Sequence
 
 
 class _Columns:
@@ -38,6 +39,7 @@ class _Columns:
 _STEP_SPEC = {
     "replica": "q", "step": "q", "start_s": "d", "duration_s": "d", "batch_size": "q",
     "prefill_tokens": "q", "decode_tokens": "q", "kv_blocks_used": "q", "emitted_tokens": "q",
+    "drafted_tokens": "q", "accepted_tokens": "q",
 }  # fmt: skip
 _SPAN_SPEC = {"request_id": "q", "replica": "q", "first_step": "q", "last_step": "q", "tokens": "q"}
 
@@ -58,6 +60,19 @@ class Recorder:
             request_id=request_id, replica=replica, first_step=first, last_step=last, tokens=tokens
         )
 
+    def close_span(self, seq: Sequence, replica: int, last_step: int) -> None:
+        """End `seq`'s open emission span (one token per step) at `last_step`."""
+        if 0 <= seq.first_emit_step <= last_step:
+            self.span(seq.request_id, replica, seq.first_emit_step, last_step)
+        seq.first_emit_step = -1
+
+    def burst(self, seq: Sequence, replica: int, step: int, tokens: int) -> None:
+        """Step `step` emitted `tokens` for `seq` (a multi-token decoder): close the open
+        span before it, write the step as its own row, and reopen the span after it."""
+        self.close_span(seq, replica, step - 1)
+        self.span(seq.request_id, replica, step, step, tokens)
+        seq.first_emit_step = step + 1
+
     def request_records(self, prompt_tokens: np.ndarray) -> RequestRecords:
         finished = ~np.isnan(self.finish_s)
         return RequestRecords(
@@ -76,7 +91,6 @@ class Recorder:
         s = self.steps
         order = np.lexsort((s.numpy("step"), s.numpy("replica")))  # by replica, then step
         col = {name: s.numpy(name)[order] for name in _STEP_SPEC}
-        zeros = np.zeros(len(order), dtype=np.int64)
         return StepRecords(
             replica=col["replica"].astype(np.int32),
             step=col["step"],
@@ -87,8 +101,8 @@ class Recorder:
             decode_tokens=col["decode_tokens"],
             kv_blocks_used=col["kv_blocks_used"],
             emitted_tokens=col["emitted_tokens"],
-            drafted_tokens=zeros,
-            accepted_tokens=zeros.copy(),
+            drafted_tokens=col["drafted_tokens"],
+            accepted_tokens=col["accepted_tokens"],
         )
 
     def emission_spans(self) -> EmissionSpans:

@@ -27,6 +27,13 @@ class RequestRecords:
     output_tokens: np.ndarray  # (n,) int64: tokens actually emitted
     preemptions: np.ndarray  # (n,) int32
     status: np.ndarray  # (n,) object: one of REQUEST_STATUSES
+    # (n,) object: each prompt's category (`workload.prompts`), None for synthetic prompts.
+    # Left out, it becomes an array of None: after construction it is always an array.
+    category: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.category is None:
+            self.category = np.full(len(self.request_id), None, dtype=object)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from typing import Any
 from workbench.errors import WorkbenchError
 from workbench.metrics import summarize
 from workbench.records import RunMeta, RunRecords
+from workbench.scenario.decoders import SpeculativeDecoderConfig
 from workbench.scenario.scenario import Scenario
 from workbench.store.db import ResultsStore
 from workbench.sweep import SweepPoint, expand, point_source
@@ -60,7 +61,9 @@ def run_point(
     scenario = point.scenario
     update = progress(scenario.workload.num_requests, scenario.name) if progress else None
     started = time.time()
-    records = run_backend(scenario, update)
+    records = run_backend(scenario, update, store)
+    records.info.setdefault("scheduler", scenario.scheduler.kind)  # selects summary metrics
+    records.info.setdefault("decoder", scenario.decoder.kind)
     meta = RunMeta(
         run_id=uuid.uuid4().hex[:12],
         scenario_name=scenario.name,
@@ -80,13 +83,19 @@ def run_point(
     return RunOutcome(meta.run_id, point, summarize(records, scenario.slo))
 
 
-def run_backend(scenario: Scenario, progress: Callable[[int], None] | None) -> RunRecords:
-    """Dispatch to a backend; imported lazily so the light path never imports torch."""
+def run_backend(
+    scenario: Scenario,
+    progress: Callable[[int], None] | None,
+    store: ResultsStore | None = None,
+) -> RunRecords:
+    """Dispatch to a backend; imported lazily so the light path never imports torch.
+
+    store: the results database, where the simulator finds a run to calibrate from."""
     scenario = with_model_source(scenario)
     if scenario.backend == "sim":
         from simulator.run import simulate
 
-        return simulate(scenario, progress=progress)
+        return simulate(scenario, progress=progress, store=store)
     try:
         from real_backend.serve import serve_scenario
     except ImportError as exc:
@@ -99,18 +108,29 @@ def run_backend(scenario: Scenario, progress: Callable[[int], None] | None) -> R
 
 
 def with_model_source(scenario: Scenario) -> Scenario:
-    """Point `model.config_path` at a zoo model's checkpoint folder when one is named."""
+    """Point `model.config_path` (and a speculative draft's) at zoo checkpoint folders."""
     model = scenario.model
-    if model.zoo is None:
-        return scenario
+    if model.zoo is not None:
+        folder = _zoo_folder(model.zoo, "target", model.zoo_dir, "model.zoo")
+        model = model.model_copy(update={"config_path": folder})
+    decoder = scenario.decoder
+    if isinstance(decoder, SpeculativeDecoderConfig) and decoder.draft.config_path is None:
+        pair = decoder.draft.zoo or (scenario.model.zoo if decoder.draft.name is None else None)
+        if pair is not None:
+            folder = _zoo_folder(pair, "draft", model.zoo_dir, "decoder.draft.zoo")
+            draft = decoder.draft.model_copy(update={"config_path": folder})
+            decoder = decoder.model_copy(update={"draft": draft})
+    return scenario.model_copy(update={"model": model, "decoder": decoder})
+
+
+def _zoo_folder(name: str, role: str, zoo_dir: str | None, field: str) -> Path:
     from real_backend.zoo.build import resolve_zoo_model  # path logic only: no torch
 
-    zoo_dir = Path(model.zoo_dir).expanduser() if model.zoo_dir else None
+    cache = Path(zoo_dir).expanduser() if zoo_dir else None
     try:
-        folder = resolve_zoo_model(model.zoo, "target", zoo_dir)
+        return resolve_zoo_model(name, role, cache)
     except WorkbenchError as exc:
-        raise WorkbenchError(exc.detail, field="model.zoo") from None
-    return scenario.model_copy(update={"model": model.model_copy(update={"config_path": folder})})
+        raise WorkbenchError(exc.detail, field=field) from None
 
 
 def package_versions() -> dict[str, str]:

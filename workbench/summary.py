@@ -35,4 +35,22 @@ def format_summary(run_id: str | None, scenario: Scenario, s: dict[str, Any], db
         f"  mean batch {_fmt(s.get('mean_batch_size'))}   tokens/emission "
         f"{_fmt(s.get('mean_tokens_per_emission'), 2)}   preemptions {s.get('preemptions', 0)}"
     )
+    if "effective_token_ratio" in s:  # static-batch runs: the sequence-scheduling metrics
+        lines.append(
+            f"  effective tokens {_fmt(s['effective_token_ratio'], 3)} (paper "
+            f"{_fmt(s['effective_token_ratio_paper'], 3)})   avg batch length "
+            f"{_fmt(s['avg_batch_length'])}   FCR ratio {_fmt(s['fcr_ratio'], 3)}   "
+            f"decode iterations {s['decode_iterations']}"
+        )
+    if "acceptance_rate" in s:  # the run drafted tokens: speculative / lookahead metrics
+        lines.append(
+            f"  tokens/decode step {_fmt(s['mean_tokens_per_decode_step'], 2)}   acceptance "
+            f"{_fmt(s['acceptance_rate'], 3)}   accepted/step {_fmt(s['mean_accepted_tokens'], 2)}"
+            f"   step compression {_fmt(s['step_compression_ratio'], 2)}   extra FLOPs "
+            f"{_fmt(_percent(s['extra_flops_share']), 0)}%"
+        )
     return "\n".join(lines)
+
+
+def _percent(share: float | None) -> float | None:
+    return None if share is None else 100.0 * share

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.paged_attention import paged_tree_attention, write_kv
+from kernels.dispatch import KernelSet
 from real_backend.model.config import ModelArgs
 
 
@@ -23,6 +23,7 @@ class AttentionMeta:
     context_lens: torch.Tensor  # (B,) cached tokens before the step
     new_lens: torch.Tensor  # (B,) new tokens in the step
     tree_mask: torch.Tensor  # (B, Q, Q) bool, [b, i, j]: new token i sees new token j
+    kernels: KernelSet  # the implementation of the cache write and the attention
 
 
 class RMSNorm(nn.Module):
@@ -117,8 +118,8 @@ class Attention(nn.Module):
         k = k.view(B, Q, self.n_kv_heads, self.head_dim)  # (B, Q, n_kv, hd)
         v = v.view(B, Q, self.n_kv_heads, self.head_dim)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        write_kv(k_cache, v_cache, k.flatten(0, 1), v.flatten(0, 1), meta.slot_mapping)
-        out = paged_tree_attention(
+        meta.kernels.write_kv(k_cache, v_cache, k.flatten(0, 1), v.flatten(0, 1), meta.slot_mapping)
+        out = meta.kernels.paged_tree_attention(
             q,
             k_cache,
             v_cache,

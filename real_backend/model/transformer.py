@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from kernels.dispatch import KernelChoice, KernelSet, select_kernels
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.config import ModelArgs
 from real_backend.model.layers import AttentionMeta, RMSNorm, TransformerBlock, rope_cos_sin
@@ -73,6 +74,18 @@ class Transformer(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
         inv_freq = _rope_inv_freq(args.head_dim, args.rope_theta, args.rope_scaling)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.kernel_choice: KernelChoice = "auto"
+
+    def use_kernels(self, choice: KernelChoice) -> KernelSet:
+        """Run attention and cache writes with ``choice`` ("auto": Triton on CUDA, else the
+        PyTorch references); raises KernelUnavailable now if it cannot run on this device."""
+        kernels = select_kernels(choice, self.embed_tokens.weight.device)
+        self.kernel_choice = choice
+        return kernels
+
+    def kernel_set(self) -> KernelSet:
+        """The chosen kernel implementation on the model's current device."""
+        return select_kernels(self.kernel_choice, self.embed_tokens.weight.device)
 
     def new_cache(self, num_blocks: int, block_size: int = 16) -> PagedKVCache:
         """An empty paged cache shaped for this model, on its device and dtype."""
@@ -143,6 +156,7 @@ class Transformer(nn.Module):
             context_lens=context_lens.to(device),
             new_lens=new_lens.to(device),
             tree_mask=tree_mask.to(device),
+            kernels=self.kernel_set(),
         )
         if last_only:
             index = (new_lens - 1).to(device)

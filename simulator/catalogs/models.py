@@ -139,6 +139,8 @@ _CATALOG: dict[str, ModelSpec] = {
         ModelSpec("llama-3-8b", 32, 4096, 14336, 32, 8, 128, 128256, False, True, 8192),
         # meta-llama/Meta-Llama-3-70B
         ModelSpec("llama-3-70b", 80, 8192, 28672, 64, 8, 128, 128256, False, True, 8192),
+        # meta-llama/Llama-3.2-1B (tied embeddings; a draft for the Llama-3 family)
+        ModelSpec("llama-3.2-1b", 16, 2048, 8192, 32, 8, 64, 128256, True, True, 131072),
         # mistralai/Mistral-7B-v0.1 (sliding window 4096 not modelled)
         ModelSpec("mistral-7b", 32, 4096, 14336, 32, 8, 128, 32000, False, True, 32768),
         # Qwen/Qwen2-7B

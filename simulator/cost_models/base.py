@@ -15,16 +15,23 @@ class StepWork:
     A prefill chunk of `c` tokens for a sequence whose KV already holds `p` tokens attends
     to `p + c` keys (causal inside the chunk). A decode token of a sequence whose KV then
     holds `k` tokens (itself included) attends to `k` keys.
+
+    A multi-token decoder (speculative verification, lookahead) computes more tokens per
+    decoding sequence: `decode_extra_tokens` beyond the one each, every one attending to the
+    KV before it plus the step's earlier tokens of its sequence (a chain), summed in
+    `decode_extra_context_sum`. Both are 0 for vanilla decoding, which keeps its own path.
     """
 
     prefill_chunk_tokens: tuple[int, ...] = ()  # per prefilling sequence: new tokens
     prefill_context_tokens: tuple[int, ...] = ()  # per prefilling sequence: KV before chunk
     decode_batch_size: int = 0  # sequences decoding one token each
     decode_context_sum: int = 0  # sum over decode sequences of KV length incl. the new token
+    decode_extra_tokens: int = 0  # Σ tokens decodes compute beyond their one (drafts, window)
+    decode_extra_context_sum: int = 0  # Σ over those tokens of the keys each attends to
 
     @property
     def num_tokens(self) -> int:
-        return sum(self.prefill_chunk_tokens) + self.decode_batch_size
+        return sum(self.prefill_chunk_tokens) + self.decode_batch_size + self.decode_extra_tokens
 
 
 class CostModel(ABC):
@@ -51,7 +58,7 @@ class SplitCostModel(CostModel):
     single step agree bit for bit as long as that function is elementwise."""
 
     def step_time_s(self, work: StepWork) -> float:
-        if not work.prefill_chunk_tokens:
+        if not work.prefill_chunk_tokens and not work.decode_extra_tokens:
             contexts = np.array([float(work.decode_context_sum)])
             return float(self._decode_times_s(work.decode_batch_size, contexts)[0])
         return self._mixed_time_s(work)
@@ -67,4 +74,4 @@ class SplitCostModel(CostModel):
 
     @abstractmethod
     def _mixed_time_s(self, work: StepWork) -> float:
-        """Duration of a step with at least one prefill chunk."""
+        """Duration of a step with a prefill chunk or multi-token decodes."""

@@ -8,11 +8,16 @@ from types import MappingProxyType
 from simulator.catalogs.hardware import get_gpu
 from simulator.catalogs.models import ModelSpec, resolve_model
 from simulator.cost_models.base import CostModel
+from simulator.cost_models.fixed_step import FixedStepCostModel
 from simulator.cost_models.roofline import RooflineCostModel
 from simulator.cost_models.vidur import VidurProfileCostModel
 from workbench.errors import WorkbenchError
 from workbench.scenario.scenario import Scenario
-from workbench.scenario.system import RooflineCostConfig, VidurProfileCostConfig
+from workbench.scenario.system import (
+    FixedStepCostConfig,
+    RooflineCostConfig,
+    VidurProfileCostConfig,
+)
 
 
 def _roofline(scenario: Scenario, model: ModelSpec) -> CostModel:
@@ -28,8 +33,14 @@ def _vidur_profile(scenario: Scenario, model: ModelSpec) -> CostModel:
     return VidurProfileCostModel(model, cfg, scenario.hardware.tensor_parallel)
 
 
+def _fixed_step(scenario: Scenario, model: ModelSpec) -> CostModel:
+    cfg = scenario.cost_model
+    assert isinstance(cfg, FixedStepCostConfig)
+    return FixedStepCostModel(cfg.step_ms)
+
+
 COST_MODELS: MappingProxyType[str, Callable[[Scenario, ModelSpec], CostModel]] = MappingProxyType(
-    {"roofline": _roofline, "vidur_profile": _vidur_profile}
+    {"roofline": _roofline, "vidur_profile": _vidur_profile, "fixed_step": _fixed_step}
 )
 
 

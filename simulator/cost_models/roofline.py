@@ -7,7 +7,8 @@ Counting rules (per step, whole replica; split evenly over the TP GPUs):
   prefill chunk (strictly only a prompt's *last* chunk needs logits; engines compute the last
   position of every chunk, and the difference is one GEMV row per chunk).
 - Attention FLOPs: 4 · layers · heads · head_dim per (query, key) pair; a chunk of c over p
-  cached tokens has c·(p + c/2) pairs, a decode token of context k has k.
+  cached tokens has c·(p + c/2) pairs, a decode token of context k has k (so does each
+  extra token of a multi-token decode: its sequence's KV plus the step's earlier tokens).
 - Bytes: all streamed weights once per step, the KV read (cached tokens) and written (new
   tokens), plus activation traffic (`ACTIVATION_VECTORS_*` below).
 - All-reduce (TP > 1): two per layer (after the O projection and after the MLP down
@@ -82,11 +83,19 @@ class RooflineCostModel(SplitCostModel):
         return busy + (self._all_reduce_s(batch_size) + self._overhead_s)
 
     def _mixed_time_s(self, work: StepWork) -> float:
-        """Steps with prefill chunks (and possibly decodes)."""
+        """Steps with prefill chunks or multi-token decodes (and possibly plain decodes).
+
+        A verified draft token needs its logits and attends like a decode token; the KV of
+        its sequence is read once for all of them (one multi-query attention per sequence).
+        """
         m = self.model
         tokens = work.num_tokens
-        logit_tokens = work.decode_batch_size + len(work.prefill_chunk_tokens)
-        attention = float(m.decode_attention_flops(work.decode_context_sum))
+        logit_tokens = (
+            work.decode_batch_size + work.decode_extra_tokens + len(work.prefill_chunk_tokens)
+        )
+        attention = float(
+            m.decode_attention_flops(work.decode_context_sum + work.decode_extra_context_sum)
+        )
         cached = sum(work.prefill_context_tokens)
         for chunk, context in zip(
             work.prefill_chunk_tokens, work.prefill_context_tokens, strict=True

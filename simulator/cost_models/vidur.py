@@ -92,9 +92,13 @@ class VidurProfileCostModel(SplitCostModel):
         attention_ms = 0.0
         for value in self._prefill_ms(chunks, cached).tolist():
             attention_ms += value
-        b = work.decode_batch_size
+        # Multi-token decodes as vLLM's batch expansion verifies them: each extra token one
+        # more single-query decode (the profiles hold no multi-query decode attention); an
+        # upper bound next to a kernel that reads each sequence's KV once.
+        b = work.decode_batch_size + work.decode_extra_tokens
         if b > 0:
-            mean_cached = (float(work.decode_context_sum) - b) / b
+            keys = float(work.decode_context_sum + work.decode_extra_context_sum)
+            mean_cached = (keys - b) / b
             attention_ms += float(self._decode_ms(np.float64(b), np.float64(mean_cached)))
         fixed_layer_ms, once_ms = self._token_level_ms(work.num_tokens)
         total_ms = (attention_ms + fixed_layer_ms) * float(self.model.num_layers) + once_ms

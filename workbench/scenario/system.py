@@ -7,7 +7,12 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from workbench.scenario.admission import AdmissionConfig, FcfsAdmission
 from workbench.scenario.base import StrictModel
+from workbench.scenario.decoders import DecoderConfig as DecoderConfig
+from workbench.scenario.decoders import VanillaDecoderConfig as VanillaDecoderConfig
+from workbench.scenario.kv_cache import KVCacheConfig as KVCacheConfig
+from workbench.scenario.seqsched import SequenceSchedulingConfig
 
 
 class ModelConfig(StrictModel):
@@ -32,6 +37,11 @@ class ModelConfig(StrictModel):
     )
     dtype: Literal["fp16", "bf16", "fp32", "fp8"] = Field(
         default="fp16", description="Weight and KV-cache dtype (sets bytes per element)."
+    )
+    kernels: Literal["auto", "triton", "reference"] = Field(
+        default="auto",
+        description="Real backend attention and KV-cache kernels: `auto` (Triton on CUDA, the "
+        "PyTorch references on CPU), `triton` or `reference` to force one.",
     )
 
 
@@ -76,25 +86,18 @@ class VidurProfileCostConfig(StrictModel):
     )
 
 
+class FixedStepCostConfig(StrictModel):
+    kind: Literal["fixed_step"] = Field(
+        description="Memory-bound idealisation: every engine step takes the same time, "
+        "whatever its batch size, context or prefill."
+    )
+    step_ms: float = Field(gt=0, description="Duration of every step.")
+
+
 CostModelConfig = Annotated[
-    RooflineCostConfig | VidurProfileCostConfig, Field(discriminator="kind")
+    RooflineCostConfig | VidurProfileCostConfig | FixedStepCostConfig,
+    Field(discriminator="kind"),
 ]
-
-
-class KVCacheConfig(StrictModel):
-    block_size: int = Field(default=16, gt=0, description="Tokens per KV block.")
-    gpu_memory_utilization: float = Field(
-        default=0.9,
-        gt=0,
-        le=1,
-        description="Share of GPU memory the engine may use for weights, activations and KV "
-        "(vLLM's default 0.9).",
-    )
-    num_blocks: int | None = Field(
-        default=None,
-        gt=0,
-        description="Override the derived KV capacity (blocks per replica).",
-    )
 
 
 class ContinuousBatchingConfig(StrictModel):
@@ -110,6 +113,10 @@ class ContinuousBatchingConfig(StrictModel):
     )
     chunk_size: int = Field(
         default=512, gt=0, description="Token budget per step when chunked_prefill is on."
+    )
+    admission: AdmissionConfig = Field(
+        default_factory=lambda: FcfsAdmission(kind="fcfs"),
+        description="Which waiting request is admitted next: FCFS or by predicted length.",
     )
     kv_cache: KVCacheConfig = Field(default_factory=KVCacheConfig, description="Paged KV budget.")
 
@@ -128,21 +135,9 @@ class StaticBatchingConfig(StrictModel):
 
 
 SchedulerConfig = Annotated[
-    ContinuousBatchingConfig | StaticBatchingConfig, Field(discriminator="kind")
+    ContinuousBatchingConfig | StaticBatchingConfig | SequenceSchedulingConfig,
+    Field(discriminator="kind"),
 ]
-
-
-class VanillaDecoderConfig(StrictModel):
-    kind: Literal["vanilla"] = Field(description="One token per sequence per step.")
-    temperature: float = Field(
-        default=0.0, ge=0, description="Sampling temperature of the real backend; 0 is greedy."
-    )
-    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass (1: off).")
-    top_k: int = Field(default=0, ge=0, description="Sample among the k likeliest (0: off).")
-
-
-# Speculative, lookahead, APAR and PipeInfer decoders join this union in their issues.
-DecoderConfig = Annotated[VanillaDecoderConfig, Field(discriminator="kind")]
 
 
 class RoutingConfig(StrictModel):

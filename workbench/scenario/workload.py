@@ -56,8 +56,19 @@ class ClosedLoopArrivals(StrictModel):
     )
 
 
+class BatchArrivals(StrictModel):
+    kind: Literal["batch"] = Field(
+        description="Offline batch inference: every request is there at t = 0."
+    )
+
+
 ArrivalConfig = Annotated[
-    PoissonArrivals | GammaArrivals | ConstantArrivals | TraceArrivals | ClosedLoopArrivals,
+    PoissonArrivals
+    | GammaArrivals
+    | ConstantArrivals
+    | TraceArrivals
+    | ClosedLoopArrivals
+    | BatchArrivals,
     Field(discriminator="kind"),
 ]
 
@@ -122,8 +133,22 @@ class TraceLengths(StrictModel):
     """Prompt and output lengths read together, row by row, from a trace."""
 
     path: Path = Field(description="CSV or JSON file; relative paths resolve against the scenario.")
-    prompt_column: str = Field(default="num_prefill_tokens", description="Prompt length column.")
+    prompt_column: str | None = Field(
+        default="num_prefill_tokens",
+        description="Prompt length column; null for a trace of outputs only, whose prompt "
+        "lengths then come from `workload.prompt_tokens`.",
+    )
     output_column: str = Field(default="num_decode_tokens", description="Output length column.")
+    rank_column: str | None = Field(
+        default=None,
+        description="Use only the rows with a value in this column, in ascending order of it "
+        "(e.g. a benchmark subset's rank); null: every row in file order.",
+    )
+    oracle_columns: list[str] = Field(
+        default_factory=list,
+        description="Columns whose per-row maximum is the oracle length a length predictor "
+        "sees (e.g. the lengths of several samplings); empty: the true output length.",
+    )
     order: Literal["sequential", "shuffle"] = Field(
         default="sequential",
         description="Take rows in file order (wrapping around) or in a seeded random order.",
@@ -132,6 +157,38 @@ class TraceLengths(StrictModel):
         default=None, gt=0, description="Clip longer prompts to this (the context window)."
     )
     max_output_tokens: int | None = Field(default=None, gt=0, description="Clip longer outputs.")
+
+
+class PromptsConfig(StrictModel):
+    """Real prompts from a question file, tokenized with the model's tokenizer."""
+
+    file: Path = Field(
+        description="JSON lines of {question_id, category, turns: [...]} (e.g. "
+        "data/prompts/specbench_question.jsonl); relative to the scenario file."
+    )
+    turn: int = Field(
+        default=0, ge=0, description="Which turn of each question is the prompt (0: the first)."
+    )
+    categories: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="Keep only questions of these categories (null: all of them).",
+    )
+    order: Literal["file", "shuffle"] = Field(
+        default="file",
+        description="Take questions in file order, or in a seeded random order; cycle when "
+        "there are more requests than questions.",
+    )
+    chat_template: Literal["auto", "none"] = Field(
+        default="auto",
+        description="`auto`: wrap each prompt in the tokenizer's chat template when it has one "
+        "(a user message, generation prompt added); `none`: plain text (BOS + text).",
+    )
+    tokenizer: Path | None = Field(
+        default=None,
+        description="A tokenizer folder or tokenizer.json to use instead of the model's own "
+        "(lets a catalog model on the simulator see real prompt lengths).",
+    )
 
 
 class WorkloadConfig(StrictModel):
@@ -153,9 +210,31 @@ class WorkloadConfig(StrictModel):
     lengths_from_trace: TraceLengths | None = Field(
         default=None, description="Prompt and output lengths together from a trace file."
     )
+    prompts: PromptsConfig | None = Field(
+        default=None,
+        description="Real prompts from a file: their token counts replace `prompt_tokens`; "
+        "output lengths still come from `output_tokens`.",
+    )
 
     @model_validator(mode="after")
     def _one_length_source(self) -> WorkloadConfig:
+        if self.prompts is not None:
+            if self.prompt_tokens is not None or self.lengths_from_trace is not None:
+                raise ValueError(
+                    "with prompts, prompt lengths come from the prompts: drop prompt_tokens "
+                    "and lengths_from_trace"
+                )
+            if self.output_tokens is None:
+                raise ValueError("prompts needs output_tokens (the output length distribution)")
+            return self
+        trace = self.lengths_from_trace
+        if trace is not None and trace.prompt_column is None:
+            if self.prompt_tokens is None or self.output_tokens is not None:
+                raise ValueError(
+                    "lengths_from_trace without a prompt_column takes prompt lengths from "
+                    "prompt_tokens (and output lengths from the trace, not output_tokens)"
+                )
+            return self
         separate = self.prompt_tokens is not None or self.output_tokens is not None
         if self.lengths_from_trace is not None and separate:
             raise ValueError(

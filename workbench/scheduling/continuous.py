@@ -7,12 +7,15 @@ running sequence cannot get the blocks it needs, the most recently admitted runn
 sequence is preempted by recompute: its blocks are freed and it goes back to the front
 of the queue (vLLM's default). Without chunked prefill a prompt is computed in one step;
 with it (Sarathi-Serve) the step's token budget is `chunk_size`, decodes first.
+
+A multi-token decoder (speculative, lookahead) sets `lookahead_slots`: each decode then
+computes up to `1 + lookahead_slots` tokens, holds KV room for them, and may emit extra
+tokens (`complete(..., extra=...)`), so no step is repeatable in bulk.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import numpy as np
 
@@ -21,6 +24,7 @@ from workbench.scheduling.decode_set import DecodeSet
 from workbench.scheduling.plan import PrefillChunk, StepPlan, StepResult
 from workbench.scheduling.policy import BatchPolicy
 from workbench.scheduling.sequence import Sequence
+from workbench.scheduling.waiting_queue import FcfsQueue, WaitingQueue
 
 # vLLM keeps 1% of blocks free when admitting, so a new prompt does not immediately force
 # a preemption of the sequences already running.
@@ -37,6 +41,8 @@ class ContinuousBatching(BatchPolicy):
         max_batched_tokens: int,
         chunked_prefill: bool = False,
         chunk_size: int = 512,
+        lookahead_slots: int = 0,
+        waiting: WaitingQueue | None = None,
     ) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
@@ -49,10 +55,11 @@ class ContinuousBatching(BatchPolicy):
         self.step = 0
         self.used_blocks = 0
         self._decode_reserved_step = -1  # step whose decode blocks are already allocated
-        self.waiting: deque[Sequence] = deque()
+        self.waiting: WaitingQueue = FcfsQueue() if waiting is None else waiting  # admission order
         self.running: dict[int, Sequence] = {}  # admission order; decode members included
         self.prefilling: dict[int, Sequence] = {}  # running, prompt not yet fully computed
-        self.decoding = DecodeSet(block_size)
+        self.lookahead_slots = lookahead_slots
+        self.decoding = DecodeSet(block_size, lookahead_slots)
 
     # ------------------------------------------------------------------ engine interface
 
@@ -66,8 +73,9 @@ class ContinuousBatching(BatchPolicy):
         return list(self.decoding.members.values())
 
     def schedule(self, now: float) -> StepPlan | None:
+        self.waiting.set_time(now)
         preempted = self._reserve_decode_blocks()
-        budget = self.token_budget - len(self.decoding)
+        budget = self.token_budget - len(self.decoding) * (1 + self.lookahead_slots)
         chunks, budget = self._continue_prefills(budget, preempted)
         chunks += self._admit(budget)
         if not chunks and not self.decoding:
@@ -75,13 +83,23 @@ class ContinuousBatching(BatchPolicy):
         return self._plan(chunks, preempted)
 
     def complete(
-        self, plan: StepPlan, n_steps: int = 1, stopped: Collection[int] = ()
+        self,
+        plan: StepPlan,
+        n_steps: int = 1,
+        stopped: Collection[int] = (),
+        extra: Mapping[int, int] | None = None,
     ) -> StepResult:
         if n_steps > 1:
-            extra = self.decoding.block_demand(plan.step + 1, n_steps - 1)
-            self.used_blocks += int(extra.sum())
+            demand = self.decoding.block_demand(plan.step + 1, n_steps - 1)
+            self.used_blocks += int(demand.sum())
         self.step += n_steps
         started, finished = self._finish_prefills(plan.prefills)
+        for request_id, tokens in (extra or {}).items():
+            # May overdraw the budget until the next `schedule` preempts: the physical cache
+            # only ever holds what the step reserved, the overdraw is next step's headroom.
+            self.used_blocks += self.decoding.advance(
+                self.decoding.members[request_id], self.step, tokens
+            )
         finished += self.decoding.pop_finished(self.step)
         finished += self._stop_early(stopped)
         for seq in finished:
@@ -121,7 +139,7 @@ class ContinuousBatching(BatchPolicy):
     def _admit(self, budget: int) -> list[PrefillChunk]:
         chunks: list[PrefillChunk] = []
         while self.waiting and len(self.running) < self.max_batch_size and budget > 0:
-            seq = self.waiting[0]
+            seq = self.waiting.head()
             tokens = seq.prefill_remaining
             if self.chunked_prefill:
                 tokens = min(tokens, budget)
@@ -153,7 +171,7 @@ class ContinuousBatching(BatchPolicy):
 
     def _plan(self, chunks: list[PrefillChunk], preempted: list[Sequence]) -> StepPlan:
         size = len(self.decoding)
-        repeat = 1 if chunks else self._repeatable_decode_steps()
+        repeat = 1 if chunks or self.lookahead_slots else self._repeatable_decode_steps()
         if repeat == 1:
             used = np.array([self.used_blocks])
         else:
@@ -200,7 +218,7 @@ class ContinuousBatching(BatchPolicy):
             if seq.generated >= seq.output_tokens:
                 finished.append(seq)
             else:
-                self.decoding.add(seq, self.step)
+                self.used_blocks += self.decoding.add(seq, self.step)
         return started, finished
 
     def _stop_early(self, stopped: Collection[int]) -> list[Sequence]:
@@ -233,8 +251,7 @@ class ContinuousBatching(BatchPolicy):
     def _holds_reserved_block(self, seq: Sequence) -> bool:
         if seq.request_id not in self.decoding.members or self._decode_reserved_step != self.step:
             return False
-        residue = (seq.entry_step - seq.entry_computed) % self.block_size
-        return self.step % self.block_size == residue
+        return self.step % self.block_size == self.decoding.residue(seq)
 
     def free_blocks(self) -> int:
         return self.num_blocks - self.used_blocks

@@ -5,6 +5,10 @@ set, so a member's progress is a function of the replica's step counter `D`: aft
 at `entry_step` with `entry_computed` cached tokens, it has `entry_computed + D - entry_step`.
 Aggregates (size, context sum, block demand per step, next finish) are kept incrementally,
 so advancing by any number of steps is O(block_size), not O(batch) per step.
+
+A multi-token decoder (speculative, lookahead) writes up to `1 + lookahead_slots` KV entries
+per member and step, and a member may emit extra tokens (`advance`). Each member then holds
+blocks for its cached tokens plus `lookahead_slots`, so the step's writes always fit.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from workbench.scheduling.sequence import Sequence
 
 
 class DecodeSet:
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, block_size: int, lookahead_slots: int = 0) -> None:
         self.block_size = block_size
+        self.lookahead_slots = lookahead_slots
         self.members: dict[int, Sequence] = {}
         self.residue_counts = np.zeros(block_size, dtype=np.int64)  # (block_size,)
         self._offset_sum = 0  # Σ (entry_computed − entry_step)
@@ -28,22 +33,45 @@ class DecodeSet:
     def __len__(self) -> int:
         return len(self.members)
 
-    def add(self, seq: Sequence, step: int) -> None:
-        """`seq` has just emitted; it decodes from replica step `step` on."""
+    def add(self, seq: Sequence, step: int) -> int:
+        """`seq` has just emitted; it decodes from replica step `step` on. Returns the blocks
+        it needs beyond `seq.blocks` for its lookahead slots."""
         seq.entry_step = step
         seq.entry_computed = seq.computed
         seq.entry_generated = seq.generated
         self.members[seq.request_id] = seq
-        self.residue_counts[(step - seq.computed) % self.block_size] += 1
+        self.residue_counts[self.residue(seq)] += 1
         self._offset_sum += seq.computed - step
         finish_at = step + seq.output_tokens - seq.generated
         heapq.heappush(self._finish_heap, (finish_at, seq.request_id))
+        return self._held_blocks(seq.computed) - seq.blocks
+
+    def advance(self, seq: Sequence, step: int, extra: int) -> int:
+        """At counter `step`, `seq` emitted (and cached) `extra` tokens beyond the step's one;
+        returns the new blocks it needs to keep its lookahead slots."""
+        before = self._held_blocks(seq.entry_computed + step - seq.entry_step)
+        self.residue_counts[self.residue(seq)] -= 1
+        seq.entry_computed += extra
+        seq.entry_generated += extra
+        self.residue_counts[self.residue(seq)] += 1
+        self._offset_sum += extra
+        finish_at = seq.entry_step + seq.output_tokens - seq.entry_generated
+        heapq.heappush(self._finish_heap, (finish_at, seq.request_id))  # the old entry goes stale
+        return self._held_blocks(seq.entry_computed + step - seq.entry_step) - before
+
+    def residue(self, seq: Sequence) -> int:
+        """Step counters (mod block size) at which `seq` needs a new block: its next write
+        (cached tokens + lookahead slots) starts a block."""
+        return (seq.entry_step - seq.entry_computed - self.lookahead_slots) % self.block_size
+
+    def _held_blocks(self, computed: int) -> int:
+        return blocks_for(computed + self.lookahead_slots, self.block_size)
 
     def remove(self, seq: Sequence, step: int) -> None:
         """Take `seq` out at counter `step`, writing back its exact progress and blocks."""
         self.sync(seq, step)
         del self.members[seq.request_id]
-        self.residue_counts[(seq.entry_step - seq.entry_computed) % self.block_size] -= 1
+        self.residue_counts[self.residue(seq)] -= 1
         self._offset_sum -= seq.entry_computed - seq.entry_step
         seq.entry_step = -1  # heap entries of departed members are skipped lazily
 
@@ -51,7 +79,7 @@ class DecodeSet:
         advanced = step - seq.entry_step
         seq.computed = seq.entry_computed + advanced
         seq.generated = seq.entry_generated + advanced
-        seq.blocks = blocks_for(seq.computed, self.block_size)
+        seq.blocks = self._held_blocks(seq.computed)
 
     def context_sum(self, step: int) -> int:
         """Σ KV length including the new token, for the step run at counter `step`."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from workbench.errors import WorkbenchError
+from workbench.scenario.seqsched import SequenceSchedulingConfig
 from workbench.scenario.system import (
     ContinuousBatchingConfig,
     SchedulerConfig,
@@ -13,10 +14,13 @@ from workbench.scenario.system import (
 from workbench.scheduling.blocks import blocks_for
 from workbench.scheduling.continuous import WATERMARK, ContinuousBatching
 from workbench.scheduling.policy import BatchPolicy
+from workbench.scheduling.seqsched_rules import ScheduleRules
+from workbench.scheduling.sequence_scheduling import SequenceScheduling
 from workbench.scheduling.static import StaticBatching
+from workbench.scheduling.waiting_queue import build_waiting_queue
 
 
-def _continuous(cfg: ContinuousBatchingConfig, num_blocks: int) -> BatchPolicy:
+def _continuous(cfg: ContinuousBatchingConfig, num_blocks: int, slots: int) -> BatchPolicy:
     return ContinuousBatching(
         num_blocks=num_blocks,
         block_size=cfg.kv_cache.block_size,
@@ -24,10 +28,18 @@ def _continuous(cfg: ContinuousBatchingConfig, num_blocks: int) -> BatchPolicy:
         max_batched_tokens=cfg.max_batched_tokens,
         chunked_prefill=cfg.chunked_prefill,
         chunk_size=cfg.chunk_size,
+        lookahead_slots=slots,
+        waiting=build_waiting_queue(cfg.admission),
     )
 
 
-def _static(cfg: StaticBatchingConfig, num_blocks: int) -> BatchPolicy:
+def _static(cfg: StaticBatchingConfig, num_blocks: int, slots: int) -> BatchPolicy:
+    if slots:
+        raise WorkbenchError(
+            "static batching runs vanilla decoding; use scheduler.kind: continuous for "
+            "speculative or lookahead decoders",
+            field="scheduler.kind",
+        )
     return StaticBatching(
         num_blocks=num_blocks,
         block_size=cfg.kv_cache.block_size,
@@ -36,11 +48,38 @@ def _static(cfg: StaticBatchingConfig, num_blocks: int) -> BatchPolicy:
     )
 
 
-POLICIES: dict[str, Callable[..., BatchPolicy]] = {"continuous": _continuous, "static": _static}
+def _sequence_scheduling(cfg: SequenceSchedulingConfig, num_blocks: int, slots: int) -> BatchPolicy:
+    if slots:
+        raise WorkbenchError(
+            "sequence scheduling runs vanilla decoding; use scheduler.kind: continuous for "
+            "speculative or lookahead decoders",
+            field="scheduler.kind",
+        )
+    rules = ScheduleRules(
+        batch_size=cfg.batch_size,
+        generation_limit=cfg.generation_limit,
+        order=cfg.order,
+        vbs=cfg.vbs,
+        fcr=cfg.fcr,
+    )
+    return SequenceScheduling(
+        num_blocks=num_blocks,
+        block_size=cfg.kv_cache.block_size,
+        rules=rules,
+        group_size=cfg.group_size,
+    )
 
 
-def build_policy(cfg: SchedulerConfig, num_blocks: int) -> BatchPolicy:
-    return POLICIES[cfg.kind](cfg, num_blocks)
+POLICIES: dict[str, Callable[..., BatchPolicy]] = {
+    "continuous": _continuous,
+    "static": _static,
+    "sequence_scheduling": _sequence_scheduling,
+}
+
+
+def build_policy(cfg: SchedulerConfig, num_blocks: int, lookahead_slots: int = 0) -> BatchPolicy:
+    """`lookahead_slots`: KV slots a multi-token decoder writes per decode beyond one."""
+    return POLICIES[cfg.kind](cfg, num_blocks, lookahead_slots)
 
 
 def check_feasible(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from workbench.scheduling.plan import StepPlan, StepResult
 from workbench.scheduling.sequence import Sequence
@@ -29,10 +29,15 @@ class BatchPolicy(ABC):
 
     @abstractmethod
     def complete(
-        self, plan: StepPlan, n_steps: int = 1, stopped: Collection[int] = ()
+        self,
+        plan: StepPlan,
+        n_steps: int = 1,
+        stopped: Collection[int] = (),
+        extra: Mapping[int, int] | None = None,
     ) -> StepResult:
         """Account for `n_steps` runs of `plan`. `stopped`: request ids that ended early
-        (EOS in a real model) at the last step."""
+        (EOS in a real model) at the last step. `extra`: tokens a multi-token decoder emitted
+        beyond the step's one, per decoding request id (one step only)."""
 
     @abstractmethod
     def outstanding(self) -> int:

@@ -18,6 +18,7 @@ class Sequence:
     arrival_s: float
     prompt_tokens: int
     output_tokens: int  # tokens to generate before the request ends (length stop)
+    predicted_tokens: int | None = None  # a length predictor's guess (length-aware policies)
     generated: int = 0
     computed: int = 0
     blocks: int = 0  # KV blocks held (kept exact only while outside the decode set)

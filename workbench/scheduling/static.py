@@ -10,7 +10,7 @@ only with the batch. KV is reserved for the whole padded rectangle when the batc
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import numpy as np
 
@@ -58,8 +58,14 @@ class StaticBatching(BatchPolicy):
         return self._decode_plan()
 
     def complete(
-        self, plan: StepPlan, n_steps: int = 1, stopped: Collection[int] = ()
+        self,
+        plan: StepPlan,
+        n_steps: int = 1,
+        stopped: Collection[int] = (),
+        extra: Mapping[int, int] | None = None,
     ) -> StepResult:
+        if extra:
+            raise ValueError("static batching runs one token per step (vanilla decoding)")
         self.step += n_steps
         self.batch_steps += n_steps
         started = list(self.batch) if plan.prefills else []

@@ -30,6 +30,7 @@ from workbench.records import (
 from workbench.store.schema import (
     MIGRATIONS,
     NUMPY_DTYPES,
+    OLDEST_READABLE_VERSION,
     RECORD_TABLES,
     SCHEMA_VERSION,
     create_statements,
@@ -184,7 +185,8 @@ class ResultsStore:
         return RunRecords(parts["requests"], parts["steps"], parts["emissions"], info)
 
     def _load_table(self, table: str, run_id: str) -> object:
-        columns = RECORD_TABLES[table]
+        present = self._table_columns(table)
+        columns = {n: t for n, t in RECORD_TABLES[table].items() if n in present}
         # Without ORDER BY DuckDB keeps insertion order (preserve_insertion_order is on).
         arrow = self._con.sql(
             f"SELECT {', '.join(columns)} FROM {table} WHERE run_id = ?", params=[run_id]
@@ -193,7 +195,19 @@ class ResultsStore:
             name: np.asarray(arrow.column(name).to_numpy(), dtype=NUMPY_DTYPES[sql_type])
             for name, sql_type in columns.items()
         }  # NULL doubles come back as NaN
+        for name, sql_type in RECORD_TABLES[table].items():
+            if name not in present:  # added since this (read-only, older) database's schema
+                null = None if sql_type == "VARCHAR" else np.nan
+                arrays[name] = np.full(arrow.num_rows, null, dtype=NUMPY_DTYPES[sql_type])
         return _RECORD_CLASSES[table](**arrays)
+
+    def _table_columns(self, table: str) -> set[str]:
+        rows = self._con.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = 'main' AND table_name = ?",
+            [table],
+        ).fetchall()
+        return {r[0] for r in rows}
 
     def completed_hashes(self) -> set[str]:
         """scenario_hash of every complete run: what a resumed sweep may skip."""
@@ -268,7 +282,7 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection, label: str, read_only: bool) 
             f"written by a newer workbench (schema {found}, this one reads {SCHEMA_VERSION})",
             source=label,
         )
-    if found < SCHEMA_VERSION:
+    if found < SCHEMA_VERSION and not (read_only and found >= OLDEST_READABLE_VERSION):
         _migrate(con, label, found, read_only)
 
 

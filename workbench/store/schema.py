@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# The oldest schema a read-only store reads as it is: since then only nullable columns were
+# added, which `load_records` fills (NULL) for old databases. A writable open migrates.
+OLDEST_READABLE_VERSION = 1
 
 REQUEST_COLUMNS: dict[str, str] = {
     "request_id": "BIGINT",
@@ -23,6 +26,7 @@ REQUEST_COLUMNS: dict[str, str] = {
     "output_tokens": "BIGINT",
     "preemptions": "INTEGER",
     "status": "VARCHAR",
+    "category": "VARCHAR",  # the prompt's category (workload.prompts); NULL: synthetic (v2)
 }
 STEP_COLUMNS: dict[str, str] = {
     "replica": "INTEGER",
@@ -84,7 +88,7 @@ CREATE TABLE schema_version (version INTEGER NOT NULL, applied_at TIMESTAMP NOT 
 REQUEST_METRICS_VIEW = """
 CREATE VIEW request_metrics AS
 SELECT
-    run_id, request_id, replica, status, arrival_s, first_token_s, finish_s,
+    run_id, request_id, replica, status, category, arrival_s, first_token_s, finish_s,
     prompt_tokens, output_tokens, preemptions,
     CASE WHEN status = 'finished' THEN first_token_s - arrival_s END AS ttft_s,
     CASE WHEN status = 'finished' THEN finish_s - arrival_s END AS e2e_s,
@@ -145,4 +149,12 @@ def create_statements() -> list[str]:
 
 
 # version → statements upgrading a database from `version` to `version + 1`.
-MIGRATIONS: dict[int, list[str]] = {}
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        "ALTER TABLE requests ADD COLUMN category VARCHAR",
+        "DROP VIEW run_summary",  # it reads request_metrics, which gains the column
+        "DROP VIEW request_metrics",
+        REQUEST_METRICS_VIEW,
+        RUN_SUMMARY_VIEW,
+    ],
+}

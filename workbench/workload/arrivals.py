@@ -20,6 +20,7 @@ import numpy as np
 from workbench.errors import WorkbenchError
 from workbench.scenario.workload import (
     ArrivalConfig,
+    BatchArrivals,
     ClosedLoopArrivals,
     ConstantArrivals,
     GammaArrivals,
@@ -117,10 +118,16 @@ def closed_loop_arrivals(config: ClosedLoopArrivals, n: int, rng: np.random.Gene
     )
 
 
+def batch_arrivals(config: BatchArrivals, n: int, rng: np.random.Generator) -> Arrivals:
+    """Offline batch inference: the whole pool of requests is there at once."""
+    return Arrivals(np.zeros(n))
+
+
 ARRIVAL_SAMPLERS: dict[str, ArrivalSampler] = {
     "poisson": poisson_arrivals,
     "gamma": gamma_arrivals,
     "constant": constant_arrivals,
     "trace": trace_arrivals,
     "closed_loop": closed_loop_arrivals,
+    "batch": batch_arrivals,
 }

@@ -6,71 +6,117 @@ the arrival times do not move when a length distribution changes, and vice versa
 - "workload.arrival": arrival gaps
 - "workload.prompt_tokens", "workload.output_tokens": separate length distributions
 - "workload.trace_lengths": the row order of `lengths_from_trace` with `order: shuffle`
+- "workload.prompt_order": the question order of `prompts` with `order: shuffle`
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
-from workbench.scenario.workload import TraceLengths, WorkloadConfig
+from workbench.scenario.scenario import Scenario
+from workbench.scenario.workload import LengthConfig, TraceLengths, WorkloadConfig
 from workbench.seeding import component_rng
 from workbench.workload.arrivals import sample_arrivals
 from workbench.workload.lengths import sample_lengths
+from workbench.workload.prompts import draw_prompts
 from workbench.workload.requests import Workload
-from workbench.workload.traces import read_lengths
+from workbench.workload.traces import read_lengths, read_ranked_rows
 
 
-def generate_workload(config: WorkloadConfig, seed: int) -> Workload:
-    """The scenario's requests: the same (config, seed) always gives the same arrays."""
+def workload_for(scenario: Scenario) -> Workload:
+    """The scenario's requests, real prompts tokenized by its model's tokenizer.
+
+    The model's folder is `model.config_path` (the runner's `with_model_source` points it at
+    a zoo model's checkpoint), a folder or its config.json.
+    """
+    path = scenario.model.config_path
+    folder = None if path is None else (path if path.is_dir() else path.parent)
+    return generate_workload(scenario.workload, scenario.seed, tokenizer=folder)
+
+
+def generate_workload(config: WorkloadConfig, seed: int, tokenizer: Path | None = None) -> Workload:
+    """The scenario's requests: the same (config, seed) always gives the same arrays.
+
+    `tokenizer` is the model's tokenizer folder, read only for `prompts` (None: it has none).
+    """
     n = config.num_requests
     arrivals = sample_arrivals(config.arrival, n, component_rng(seed, "workload.arrival"))
-    prompt_tokens, output_tokens = _lengths(config, n, seed)
+    prompts = None
+    if config.prompts is not None:
+        prompts = draw_prompts(config.prompts, n, seed, tokenizer)
+        prompt_tokens = np.array([len(ids) for ids in prompts.ids], dtype=np.int64)
+        output_tokens = _sampled(config.output_tokens, n, seed, "workload.output_tokens")
+    else:
+        prompt_tokens, output_tokens = _lengths(config, n, seed)
     return Workload(
         arrival_s=arrivals.arrival_s,
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
         closed_loop_concurrency=arrivals.closed_loop_concurrency,
         think_time_s=arrivals.think_time_s,
+        prompt_ids=prompts.ids if prompts is not None else None,
+        category=prompts.category if prompts is not None else None,
+        oracle_tokens=_oracle(config, n, seed),
     )
 
 
 def _lengths(config: WorkloadConfig, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     if config.lengths_from_trace is not None:
-        return trace_lengths(config.lengths_from_trace, n, seed)
-    assert config.prompt_tokens is not None and config.output_tokens is not None  # validated
-    prompt = sample_lengths(
-        config.prompt_tokens,
-        n,
-        component_rng(seed, "workload.prompt_tokens"),
-        field="workload.prompt_tokens",
-    )
-    output = sample_lengths(
-        config.output_tokens,
-        n,
-        component_rng(seed, "workload.output_tokens"),
-        field="workload.output_tokens",
-    )
-    return prompt, output
+        prompt, output = trace_lengths(config.lengths_from_trace, n, seed)
+        if prompt is None:  # a trace of outputs only
+            prompt = _sampled(config.prompt_tokens, n, seed, "workload.prompt_tokens")
+        return prompt, output
+    prompt = _sampled(config.prompt_tokens, n, seed, "workload.prompt_tokens")
+    return prompt, _sampled(config.output_tokens, n, seed, "workload.output_tokens")
 
 
-def trace_lengths(config: TraceLengths, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Prompt and output lengths of the same trace rows, clipped to the max_* limits.
+def _sampled(config: LengthConfig | None, n: int, seed: int, name: str) -> np.ndarray:
+    """n lengths from a distribution; `name` is its generator and its field. # (n,)"""
+    assert config is not None  # WorkloadConfig's validator requires it here
+    return sample_lengths(config, n, component_rng(seed, name), field=name)
+
+
+def _oracle(config: WorkloadConfig, n: int, seed: int) -> np.ndarray | None:
+    trace = config.lengths_from_trace
+    if trace is None or not trace.oracle_columns:
+        return None
+    rows = trace_rows(trace, n, seed)  # (n,)
+    columns = [read_lengths(trace.path, c)[rows] for c in trace.oracle_columns]
+    return np.max(columns, axis=0)  # (n,)
+
+
+def trace_lengths(config: TraceLengths, n: int, seed: int) -> tuple[np.ndarray | None, np.ndarray]:
+    """Prompt (None without a prompt column) and output lengths of the same trace rows,
+    clipped to the max_* limits.
 
     `sequential` takes rows 0, 1, ..., wrapping around after the last (so it lines up with a
     trace arrival replay of the same file). `shuffle` takes the rows in a seeded random
     order, a fresh permutation for every pass over the file: no row repeats before all have
     been used. Lengths in the file must be whole numbers >= 1 (the shipped traces have no
     zeros); anything else is an error naming the file, column and row, never patched.
+    With a `rank_column` only the ranked rows are used, in rank order.
     """
-    prompt_all = read_lengths(config.path, config.prompt_column)  # (rows,)
-    output_all = read_lengths(config.path, config.output_column)  # (rows,)
-    rows = _row_order(config, len(prompt_all), n, seed)  # (n,)
-    prompt, output = prompt_all[rows], output_all[rows]  # (n,), (n,)
-    if config.max_prompt_tokens is not None:
-        prompt = np.minimum(prompt, config.max_prompt_tokens)
+    rows = trace_rows(config, n, seed)  # (n,)
+    output = read_lengths(config.path, config.output_column)[rows]  # (n,)
     if config.max_output_tokens is not None:
         output = np.minimum(output, config.max_output_tokens)
+    if config.prompt_column is None:
+        return None, output
+    prompt = read_lengths(config.path, config.prompt_column)[rows]  # (n,)
+    if config.max_prompt_tokens is not None:
+        prompt = np.minimum(prompt, config.max_prompt_tokens)
     return prompt, output
+
+
+def trace_rows(config: TraceLengths, n: int, seed: int) -> np.ndarray:
+    """The file rows feeding the n requests: all rows, or the ranked ones in rank order. # (n,)"""
+    if config.rank_column is not None:
+        candidates = read_ranked_rows(config.path, config.rank_column)  # (k,)
+    else:
+        candidates = np.arange(len(read_lengths(config.path, config.output_column)))
+    return candidates[_row_order(config, len(candidates), n, seed)]
 
 
 def _row_order(config: TraceLengths, m: int, n: int, seed: int) -> np.ndarray:

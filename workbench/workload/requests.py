@@ -17,6 +17,14 @@ class Workload:
     output_tokens: np.ndarray  # (n,) int64, > 0: tokens the request generates
     closed_loop_concurrency: int | None = None
     think_time_s: float = 0.0
+    # Real prompts (`workload.prompts`): each request's token ids, len == prompt_tokens[i];
+    # None: the backends make synthetic ids of the drawn lengths.
+    prompt_ids: list[list[int]] | None = None
+    category: np.ndarray | None = None  # (n,) object: each prompt's category; None: synthetic
+    # Length-aware scheduling: what an oracle length predictor sees (None: output_tokens),
+    # and the predictions the scheduler uses (set by `length_predictors.with_predictions`).
+    oracle_tokens: np.ndarray | None = None  # (n,) int64
+    predicted_tokens: np.ndarray | None = None  # (n,) int64, >= 1
 
     def __len__(self) -> int:
         return len(self.prompt_tokens)

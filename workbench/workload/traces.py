@@ -44,6 +44,16 @@ def read_lengths(path: str | Path, column: str) -> np.ndarray:
     return _read_lengths_cached(*_cache_key(path), column)
 
 
+def read_ranked_rows(path: str | Path, column: str) -> np.ndarray:
+    """Indices of the rows holding a value in `column`, in ascending order of that value.
+
+    A blank CSV field or a missing/null JSON value leaves its row out (a subset); the
+    values must be distinct whole numbers (ranks). # (k,) int64
+    """
+    path = Path(path)
+    return _read_ranked_cached(*_cache_key(path), column)
+
+
 def read_table(path: str | Path) -> Table:
     """The whole file, parsed (cached)."""
     path = Path(path)
@@ -92,6 +102,41 @@ def _read_lengths_cached(path: str, mtime_ns: int, size: int, column: str) -> np
     lengths = values.astype(np.int64)  # (rows,)
     lengths.setflags(write=False)
     return lengths
+
+
+@functools.lru_cache(maxsize=16)
+def _read_ranked_cached(path: str, mtime_ns: int, size: int, column: str) -> np.ndarray:
+    table = _read_table_cached(path, mtime_ns, size)
+    cells = _column(table, column, path)
+    rows = [i for i, cell in enumerate(cells) if cell not in ("", None)]
+    if not rows:
+        raise WorkbenchError("column has no values", source=path, field=column)
+    ranks = np.array([_rank(table, cells[i], i, path, column) for i in rows])  # (k,)
+    order = np.argsort(ranks, kind="stable")
+    same = np.flatnonzero(np.diff(ranks[order]) == 0)
+    if len(same):
+        a, b = rows[order[same[0]]], rows[order[same[0] + 1]]
+        raise WorkbenchError(
+            f"rank {ranks[order[same[0]]]} appears twice ({table.where(a)} and "
+            f"{table.where(b)}); expected distinct ranks",
+            source=path,
+            field=column,
+        )
+    ranked = np.array(rows, dtype=np.int64)[order]  # (k,)
+    ranked.setflags(write=False)
+    return ranked
+
+
+def _rank(table: Table, cell: object, row: int, path: str, column: str) -> int:
+    value = float(cell) if _is_number(cell) else float("nan")  # type: ignore[arg-type]
+    if not (np.isfinite(value) and value == round(value)):
+        raise WorkbenchError(
+            f"expected a whole number (a rank) or an empty cell at {table.where(row)}, "
+            f"got {cell!r}",
+            source=path,
+            field=column,
+        )
+    return int(value)
 
 
 # ------------------------------------------------------------------ parsing

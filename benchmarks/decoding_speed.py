@@ -1,0 +1,213 @@
+"""Speculative and lookahead decoding on the zoo pair, against `transformers` on CPU.
+
+Opt-in. For each prompt (Spec-Bench questions and code from the zoo's held-out stdlib
+files), generate the same number of tokens greedily, one request at a time, with:
+
+- ours: vanilla, speculative (chain of k, and a token tree), lookahead (W, N, G);
+- transformers: `generate` (vanilla), assisted generation with the zoo draft
+  (`assistant_model=`, constant schedule, k tokens, confidence threshold off), and
+  prompt-lookup decoding (`prompt_lookup_num_tokens=`).
+
+It reports per method and prompt category: wall-clock tokens/s, speed-up over our vanilla,
+tokens per target forward, and whether the greedy outputs equal our vanilla's.
+
+    python benchmarks/decoding_speed.py [--zoo small] [--prompts 10] [--new-tokens 96]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+
+from real_backend.decoders.factory import build_decoder
+from real_backend.engine import RealEngine, ServeOptions
+from real_backend.model.loading import load_checkpoint
+from real_backend.zoo.build import resolve_zoo_model
+from real_backend.zoo.corpus import build_corpus
+from real_backend.zoo.specs import get_spec
+from workbench.scenario.decoders import (
+    DecoderConfig,
+    LookaheadDecoderConfig,
+    SpeculativeDecoderConfig,
+    VanillaDecoderConfig,
+)
+from workbench.scheduling.continuous import ContinuousBatching
+from workbench.workload.requests import Workload
+
+SPECBENCH = Path(__file__).resolve().parent.parent / "data" / "prompts" / "specbench_question.jsonl"
+BLOCK = 16
+MAX_PROMPT = 256  # tokens; Spec-Bench's RAG and summarisation contexts run to thousands
+
+
+@dataclass
+class Prompt:
+    category: str
+    ids: list[int]
+
+
+@dataclass
+class Result:
+    method: str
+    seconds: dict[str, float] = field(default_factory=dict)  # per category
+    tokens: dict[str, int] = field(default_factory=dict)
+    forwards: dict[str, int] = field(default_factory=dict)
+    same: dict[str, int] = field(default_factory=dict)  # prompts equal to our vanilla
+
+
+def load_prompts(tokenizer_file: Path, zoo: str, n: int, code_tokens: int) -> list[Prompt]:
+    """`n` Spec-Bench questions (spread over its categories) and `n` code snippets."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_file))
+    rows = [json.loads(line) for line in SPECBENCH.read_text().splitlines() if line.strip()]
+    questions = [tok.encode(r["turns"][0]).ids for r in rows]
+    questions = [q for q in questions if len(q) <= MAX_PROMPT]  # long RAG contexts aside
+    step = max(1, len(questions) // n)
+    prompts = [Prompt("specbench", q) for q in questions[::step][:n]]
+    spec = get_spec(zoo)
+    corpus = build_corpus(spec.train_bytes, spec.heldout_bytes)
+    files = [tok.encode(text).ids for text in corpus.heldout]
+    for ids in [f for f in files if len(f) >= 3 * code_tokens][:n]:
+        start = len(ids) // 3  # mid-file: indented code with context
+        prompts.append(Prompt("code", ids[start : start + code_tokens]))
+    return prompts
+
+
+def ours(folder: Path, draft: Path, config: DecoderConfig, new_tokens: int) -> Callable:
+    model = load_checkpoint(folder)
+
+    def generate(prompt: list[int]) -> tuple[list[int], int]:
+        blocks = 4 * (-(-(len(prompt) + new_tokens + 128) // BLOCK))
+        cache = model.new_cache(blocks, BLOCK)
+        decoder = build_decoder(config, model, cache, draft)
+        policy = ContinuousBatching(
+            num_blocks=blocks, block_size=BLOCK, max_batch_size=1, max_batched_tokens=4096,
+            lookahead_slots=decoder.lookahead_slots,
+        )  # fmt: skip
+        options = ServeOptions(VanillaDecoderConfig(kind="vanilla"), seed=0, eos_token_id=None)
+        engine = RealEngine(model, cache, policy, options, decoder)
+        one = Workload(np.zeros(1), np.array([len(prompt)]), np.array([new_tokens]))
+        records, outputs = engine.serve(one, [prompt])
+        return outputs[0], len(records.steps.step)
+
+    return generate
+
+
+def hf(folder: Path, draft: Path, new_tokens: int, **extra) -> Callable:
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    calls = [0]
+    model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    kwargs = dict(extra)
+    if kwargs.pop("assisted", False):
+        assistant = transformers.AutoModelForCausalLM.from_pretrained(draft, dtype=torch.float32)
+        kwargs["assistant_model"] = assistant.eval()
+    config = transformers.GenerationConfig(
+        max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+        eos_token_id=None, pad_token_id=2, **kwargs.pop("generation", {}),
+    )  # fmt: skip
+
+    def generate(prompt: list[int]) -> tuple[list[int], int]:
+        ids = torch.tensor([prompt])
+        calls[0] = 0
+        with torch.no_grad():
+            out = model.generate(
+                ids, attention_mask=torch.ones_like(ids), generation_config=config, **kwargs
+            )
+        return out[0, len(prompt) :].tolist(), calls[0]
+
+    return generate
+
+
+def methods(zoo: str, k: int, new_tokens: int, look: tuple[int, int, int]) -> dict[str, Callable]:
+    target, draft = resolve_zoo_model(zoo, "target"), resolve_zoo_model(zoo, "draft")
+    w, n, g = look
+    spec = SpeculativeDecoderConfig(kind="speculative", num_speculative_tokens=k)
+    tree = SpeculativeDecoderConfig(
+        kind="speculative", tree={"kind": "static", "branching": [2, 2, 1, 1]}
+    )
+    lookahead = LookaheadDecoderConfig(kind="lookahead", window=w, ngram=n, candidates=g)
+    assisted = {"num_assistant_tokens": k, "num_assistant_tokens_schedule": "constant",
+                "assistant_confidence_threshold": 0.0}  # fmt: skip
+    return {
+        "ours vanilla": ours(target, draft, VanillaDecoderConfig(kind="vanilla"), new_tokens),
+        f"ours speculative k={k}": ours(target, draft, spec, new_tokens),
+        "ours speculative tree 2-2-1-1": ours(target, draft, tree, new_tokens),
+        f"ours lookahead W{w} N{n} G{g}": ours(target, draft, lookahead, new_tokens),
+        "hf generate": hf(target, draft, new_tokens),
+        f"hf assisted k={k}": hf(target, draft, new_tokens, assisted=True, generation=assisted),
+        "hf prompt lookup 10": hf(
+            target, draft, new_tokens, generation={"prompt_lookup_num_tokens": 10}
+        ),
+    }
+
+
+def run(prompts: list[Prompt], generators: dict[str, Callable], repeat: int) -> list[Result]:
+    results, reference = [], {}
+    for name, generate in generators.items():
+        res = Result(name)
+        generate(prompts[0].ids)  # warm-up
+        for i, p in enumerate(prompts):
+            best = float("inf")
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                out, forwards = generate(p.ids)
+                best = min(best, time.perf_counter() - t0)
+            reference.setdefault(i, out)
+            c = p.category
+            res.seconds[c] = res.seconds.get(c, 0.0) + best
+            res.tokens[c] = res.tokens.get(c, 0) + len(out)
+            res.forwards[c] = res.forwards.get(c, 0) + forwards
+            res.same[c] = res.same.get(c, 0) + (out == reference[i])
+        results.append(res)
+        print(f"  {name}: done", flush=True)
+    return results
+
+
+def table(results: list[Result], counts: dict[str, int]) -> str:
+    base = results[0]
+    lines = ["| method | category | tok/s | speed-up vs ours vanilla | tokens/forward | = vanilla |",
+             "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    for r in results:
+        for c in r.seconds:
+            tps = r.tokens[c] / r.seconds[c]
+            speedup = base.seconds[c] / r.seconds[c]
+            lines.append(
+                f"| {r.method} | {c} | {tps:,.0f} | {speedup:.2f}× | "
+                f"{r.tokens[c] / max(r.forwards[c], 1):.2f} | {r.same[c]}/{counts[c]} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--zoo", default="small")
+    ap.add_argument("--prompts", type=int, default=10, help="per category")
+    ap.add_argument("--new-tokens", type=int, default=96)
+    ap.add_argument("--code-tokens", type=int, default=96, help="code prompt length")
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--lookahead", type=int, nargs=3, default=(5, 4, 5), metavar=("W", "N", "G"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=2, help="best of this many runs per prompt")
+    ap.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    target = resolve_zoo_model(args.zoo, "target")
+    prompts = load_prompts(target / "tokenizer.json", args.zoo, args.prompts, args.code_tokens)
+    counts = {c: sum(p.category == c for p in prompts) for c in ("specbench", "code")}
+    generators = methods(args.zoo, args.k, args.new_tokens, tuple(args.lookahead))
+    results = run(prompts, generators, args.repeat)
+    print(table(results, counts))
+    if args.out:
+        args.out.write_text(json.dumps([r.__dict__ for r in results], indent=1))
+
+
+if __name__ == "__main__":
+    main()

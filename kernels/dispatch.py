@@ -1,0 +1,146 @@
+"""Which implementation of the kernels runs: Triton on CUDA, the PyTorch references on CPU.
+
+``select_kernels(choice, device)`` with ``choice``:
+
+* ``"auto"``: Triton on a CUDA device, the references elsewhere. On CUDA without Triton it
+  raises rather than quietly running the (slower) references, which would change what is
+  measured.
+* ``"triton"``: the Triton kernels; raises ``KernelUnavailable`` unless Triton is installed and
+  the device is CUDA or Triton's interpreter is on (``TRITON_INTERPRET=1`` before Triton is
+  first imported; that is how the tests run them on CPU).
+* ``"reference"``: the PyTorch references, anywhere.
+
+Triton is imported only when a Triton set is selected, so CPU users and the light path never
+need it. This module imports nothing from the project.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import torch
+
+from kernels import paged_attention, verification
+
+__all__ = [
+    "KernelChoice",
+    "KernelSet",
+    "KernelUnavailable",
+    "reference_kernels",
+    "select_kernels",
+    "triton_kernels",
+]
+
+KernelChoice = Literal["auto", "triton", "reference"]
+CHOICES: tuple[KernelChoice, ...] = ("auto", "triton", "reference")
+
+
+class KernelUnavailable(RuntimeError):
+    """The requested kernels cannot run on this machine or device."""
+
+
+class WriteKV(Protocol):
+    def __call__(
+        self,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None: ...
+
+
+class CopyBlocks(Protocol):
+    def __call__(
+        self, k_cache: torch.Tensor, v_cache: torch.Tensor, src: torch.Tensor, dst: torch.Tensor
+    ) -> None: ...
+
+
+class PagedTreeAttention(Protocol):
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        new_lens: torch.Tensor,
+        tree_mask: torch.Tensor | None,
+        scale: float,
+    ) -> torch.Tensor: ...
+
+
+class GreedyVerify(Protocol):
+    def __call__(
+        self,
+        logits: torch.Tensor,
+        draft_tokens: torch.Tensor,
+        draft_lens: torch.Tensor,
+        parents: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    """One implementation of every kernel, all with the references' signatures."""
+
+    name: Literal["triton", "reference"]
+    write_kv: WriteKV
+    copy_blocks: CopyBlocks
+    paged_tree_attention: PagedTreeAttention
+    greedy_verify: GreedyVerify
+
+
+def reference_kernels() -> KernelSet:
+    return KernelSet(
+        name="reference",
+        write_kv=paged_attention.write_kv,
+        copy_blocks=paged_attention.copy_blocks,
+        paged_tree_attention=paged_attention.paged_tree_attention,
+        greedy_verify=verification.greedy_verify,
+    )
+
+
+@functools.cache
+def triton_kernels() -> KernelSet:
+    """The Triton set (imports Triton); raises KernelUnavailable without Triton."""
+    if importlib.util.find_spec("triton") is None:
+        raise KernelUnavailable(
+            "the Triton kernels need the `triton` package (pip install '.[kernels]'); "
+            "or choose the reference kernels"
+        )
+    from kernels import triton_attention, triton_cache, triton_verification
+
+    return KernelSet(
+        name="triton",
+        write_kv=triton_cache.write_kv,
+        copy_blocks=triton_cache.copy_blocks,
+        paged_tree_attention=triton_attention.paged_tree_attention,
+        greedy_verify=triton_verification.greedy_verify,
+    )
+
+
+def _triton_runs_on(device: torch.device) -> bool:
+    from kernels.triton_runtime import INTERPRETED
+
+    return device.type == "cuda" or INTERPRETED
+
+
+def select_kernels(choice: KernelChoice, device: torch.device | str) -> KernelSet:
+    """The kernel set for ``choice`` on ``device`` (see the module docstring)."""
+    device = torch.device(device)
+    if choice not in CHOICES:
+        raise ValueError(f"kernels must be one of {', '.join(CHOICES)}, got {choice!r}")
+    if choice == "reference" or (choice == "auto" and device.type != "cuda"):
+        return reference_kernels()
+    kernels = triton_kernels()
+    if not _triton_runs_on(device):
+        raise KernelUnavailable(
+            f"the Triton kernels run on CUDA, not on {device.type}, unless Triton's interpreter "
+            "is on (TRITON_INTERPRET=1 before triton is imported); or choose the reference "
+            "kernels"
+        )
+    return kernels

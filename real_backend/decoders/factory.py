@@ -1,0 +1,54 @@
+"""Build the scenario's decoder over a loaded target model and its cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from real_backend.decoders.base import Decoder
+from real_backend.decoders.drafter import Drafter
+from real_backend.decoders.speculative import SpeculativeDecoder
+from real_backend.decoders.vanilla import VanillaDecoder
+from real_backend.kv_cache import PagedKVCache
+from real_backend.model.loading import load_checkpoint
+from real_backend.model.transformer import Transformer
+from workbench.errors import WorkbenchError
+from workbench.scenario.decoders import (
+    DecoderConfig,
+    LookaheadDecoderConfig,
+    SpeculativeDecoderConfig,
+    VanillaDecoderConfig,
+)
+
+
+def build_decoder(
+    config: DecoderConfig,
+    model: Transformer,
+    cache: PagedKVCache,
+    draft_folder: Path | None = None,
+) -> Decoder:
+    if isinstance(config, VanillaDecoderConfig):
+        return VanillaDecoder(model, cache, config)
+    if isinstance(config, SpeculativeDecoderConfig):
+        if draft_folder is None:
+            raise WorkbenchError("speculative decoding needs a draft model", field="decoder.draft")
+        draft = load_draft(draft_folder, model)
+        draft_cache = draft.new_cache(cache.allocator.num_blocks, cache.block_size)
+        return SpeculativeDecoder(model, cache, Drafter(draft, draft_cache, config), config)
+    if isinstance(config, LookaheadDecoderConfig):
+        from real_backend.decoders.lookahead import LookaheadDecoder
+
+        return LookaheadDecoder(model, cache, config)
+    raise WorkbenchError(f"unknown decoder {config.kind!r}", field="decoder.kind")
+
+
+def load_draft(folder: Path, target: Transformer) -> Transformer:
+    """The draft on the target's device and dtype; it must share the target's vocabulary."""
+    weight = target.embed_tokens.weight
+    draft = load_checkpoint(folder, weight.dtype, weight.device)
+    if draft.args.vocab_size != target.args.vocab_size:
+        raise WorkbenchError(
+            f"the draft in {folder} has a vocabulary of {draft.args.vocab_size} tokens, the target "
+            f"{target.args.vocab_size}: a draft must share the target's tokenizer",
+            field="decoder.draft",
+        )
+    return draft

@@ -1,0 +1,122 @@
+"""Speculative decoding: a draft model proposes, the target verifies in one forward.
+
+Per step and sequence: the draft proposes a chain of k tokens (or a token tree); the target
+runs the last emitted token plus the proposal in one forward, with the tree mask; the rule
+below accepts a prefix (a root-to-node path) and adds the target's own next token; the
+target cache keeps exactly the accepted tokens, the draft cache the still-valid ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import torch
+
+from real_backend.decoders.acceptance import (
+    accept_greedy_chain,
+    accept_greedy_tree,
+    accept_rejection_sampling,
+)
+from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest
+from real_backend.decoders.drafter import Draft, Drafter
+from real_backend.kv_cache import PagedKVCache
+from real_backend.model.transformer import SeqStep, Transformer
+from real_backend.sampling import token_probs
+from workbench.scenario.decoders import SpeculativeDecoderConfig
+
+
+class SpeculativeDecoder(Decoder):
+    def __init__(
+        self,
+        model: Transformer,
+        cache: PagedKVCache,
+        drafter: Drafter,
+        config: SpeculativeDecoderConfig,
+    ) -> None:
+        self.model = model
+        self.cache = cache
+        self.drafter = drafter
+        self.config = config
+        self.lookahead_slots = config.max_draft_tokens
+        self._recent: dict[int, deque[int]] = {}  # adaptive k: accepted counts per request
+
+    def release(self, request_id: int) -> None:
+        self.drafter.release(request_id)
+        self._recent.pop(request_id, None)
+
+    def decode(self, batch: list[DecodeRequest]) -> DecodeOutcome:
+        drafts = self._propose(batch)
+        steps = [
+            SeqStep(r.request_id, [r.tokens[-1], *d.tokens], [-1, *(p + 1 for p in d.parents)])
+            for r, d in zip(batch, drafts, strict=True)
+        ]
+        contexts = [self.cache.length(r.request_id) for r in batch]
+        logits = self.model.step(self.cache, steps)  # each (1 + n_b, V)
+        outcome = DecodeOutcome(emitted=[])
+        for r, draft, ctx, rows in zip(batch, drafts, contexts, logits, strict=True):
+            path, bonus = self._accept(r, draft, rows)
+            self.cache.keep(r.request_id, ctx, [0, *(j + 1 for j in path)])
+            self.drafter.rollback(r.request_id, self._draft_valid(r, draft, path))
+            outcome.emitted.append([*(draft.tokens[j] for j in path), bonus])
+            outcome.accepted_per_request.append(len(path))
+            outcome.drafted += len(draft.tokens)
+            outcome.accepted += len(path)
+            outcome.verified += 1 + len(draft.tokens)
+            self._remember(r.request_id, len(path))
+        return outcome
+
+    # ------------------------------------------------------------------ drafting
+
+    def _propose(self, batch: list[DecodeRequest]) -> list[Draft]:
+        limits = [r.max_new - 1 for r in batch]  # drafts past the length limit are wasted
+        if self.config.tree is not None:
+            return self.drafter.propose_tree(batch, self.config.tree, limits)
+        lengths = [
+            min(self._draft_length(r.request_id), cap) for r, cap in zip(batch, limits, strict=True)
+        ]
+        return self.drafter.propose_chain(batch, lengths)
+
+    def _draft_length(self, request_id: int) -> int:
+        """k, or with `adaptive`: one more than the recent mean accepted, within bounds."""
+        k = self.config.num_speculative_tokens
+        adaptive = self.config.adaptive
+        recent = self._recent.get(request_id)
+        if adaptive is None or not recent:
+            return k
+        return max(adaptive.min_tokens, min(k, math.ceil(sum(recent) / len(recent)) + 1))
+
+    def _remember(self, request_id: int, accepted: int) -> None:
+        if self.config.adaptive is not None:
+            window = self._recent.setdefault(request_id, deque(maxlen=self.config.adaptive.window))
+            window.append(accepted)
+
+    # ------------------------------------------------------------------ verification
+
+    def _accept(
+        self,
+        r: DecodeRequest,
+        draft: Draft,
+        logits: torch.Tensor,  # (1 + n, V)
+    ) -> tuple[list[int], int]:
+        """(accepted node indices, the target's next token)."""
+        if self.config.temperature > 0:
+            p = token_probs(logits, self.config)  # (1 + n, V)
+            n, token = accept_rejection_sampling(p, draft.probs, draft.tokens, r.generator)
+            return list(range(n)), token
+        choice = logits.argmax(-1).tolist()  # the target's greedy token after each node
+        if self.config.tree is None:
+            n = accept_greedy_chain(choice, draft.tokens)
+            return list(range(n)), choice[n]
+        path = accept_greedy_tree(
+            choice, [r.tokens[-1], *draft.tokens], [-1, *(p + 1 for p in draft.parents)]
+        )
+        path = [j - 1 for j in path]
+        return path, choice[path[-1] + 1 if path else 0]
+
+    def _draft_valid(self, r: DecodeRequest, draft: Draft, path: list[int]) -> int:
+        """Draft-cache tokens still right: the old tokens plus the accepted drafted tokens the
+        draft itself cached (a chain caches all but its last; a tree caches none)."""
+        if self.config.tree is not None:
+            return len(r.tokens)
+        return len(r.tokens) + min(len(path), max(len(draft.tokens) - 1, 0))

@@ -1,0 +1,50 @@
+"""Which stored runs a report sets side by side, by their configurations.
+
+- A multi-token decoder run's *vanilla baseline*: a vanilla run whose configuration equals
+  the run's in every section but `name`, `decoder`, `slo`, `sweep` and `simulator` (so the
+  same backend, seed, workload, model, hardware, scheduler and cost model); the latest one.
+- A real run's *simulator twin*: a simulated run whose configuration equals the real run's
+  but for `name`, `backend`, `slo`, `sweep`, `simulator`, `cost_model` and the decoder's
+  simulator-only fields (`acceptance`, `tokens_per_step`, `calibrate_from`); the latest.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from reports.collect import RunData
+
+BASELINE_IGNORED = ("name", "decoder", "slo", "sweep", "simulator")
+TWIN_IGNORED = ("name", "backend", "slo", "sweep", "simulator", "cost_model")
+SIMULATOR_ONLY_DECODER_FIELDS = ("acceptance", "tokens_per_step", "calibrate_from")
+
+
+def config_key(config: dict[str, Any], ignored: tuple[str, ...]) -> str:
+    kept = {k: v for k, v in config.items() if k not in ignored}
+    decoder = kept.get("decoder")
+    if isinstance(decoder, dict):
+        kept["decoder"] = {
+            k: v for k, v in decoder.items() if k not in SIMULATOR_ONLY_DECODER_FIELDS
+        }
+    return json.dumps(kept, sort_keys=True, default=str)
+
+
+def vanilla_baseline(run: RunData, runs: list[RunData]) -> RunData | None:
+    key = config_key(run.config, BASELINE_IGNORED)
+    matches = [
+        other
+        for other in runs
+        if other.run["decoder"] == "vanilla" and config_key(other.config, BASELINE_IGNORED) == key
+    ]
+    return matches[-1] if matches else None
+
+
+def simulator_twin(real: RunData, runs: list[RunData]) -> RunData | None:
+    key = config_key(real.config, TWIN_IGNORED)
+    matches = [
+        other
+        for other in runs
+        if other.run["backend"] == "sim" and config_key(other.config, TWIN_IGNORED) == key
+    ]
+    return matches[-1] if matches else None

@@ -1,0 +1,68 @@
+"""How many tokens beyond the first one decode step emits: a distribution over 0..K.
+
+A speculative chain of k drafted tokens stops at the first rejection, so its accepted count
+A is described by P(A ≥ i): α^i for an i.i.d. rate α (a geometric truncated at k, mean
+Σ_{i=1..k} α^i), Π rates[:i] for per-position rates, or measured counts. Drafting fewer
+tokens (a sequence near its end) accepts min(A, drafted): the first tokens of a chain are
+judged the same way whatever follows them, so capping a draw is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from workbench.errors import WorkbenchError
+
+
+@dataclass(frozen=True)
+class AcceptanceDistribution:
+    """P(accepted = i) for i = 0..K, K the most tokens a step accepts beyond its first."""
+
+    probabilities: np.ndarray  # (K + 1,), sums to 1
+
+    @classmethod
+    def from_survival(cls, survival: np.ndarray) -> AcceptanceDistribution:
+        """From P(A ≥ i), i = 0..K (survival[0] = 1, non-increasing)."""
+        tail = np.append(np.asarray(survival, dtype=np.float64), 0.0)  # (K + 2,)
+        return cls(np.maximum(tail[:-1] - tail[1:], 0.0))
+
+    @classmethod
+    def iid(cls, rate: float, k: int) -> AcceptanceDistribution:
+        return cls.from_survival(rate ** np.arange(k + 1, dtype=np.float64))
+
+    @classmethod
+    def positional(cls, rates: list[float], k: int, field: str) -> AcceptanceDistribution:
+        """Rates of positions 1..k (more are ignored: they are never drafted)."""
+        if len(rates) < k:
+            raise WorkbenchError(
+                f"{len(rates)} rates for {k} drafted positions; give one rate per position",
+                field=field,
+            )
+        return cls.from_survival(np.cumprod([1.0, *rates[:k]]))
+
+    @classmethod
+    def histogram(cls, counts: list[float] | np.ndarray, k: int) -> AcceptanceDistribution:
+        """Counts of 0, 1, 2… accepted tokens; counts beyond k fold into k (min(A, k))."""
+        weights = np.zeros(k + 1)
+        given = np.asarray(counts, dtype=np.float64)
+        weights[: min(len(given), k + 1)] = given[: k + 1]
+        weights[k] += given[k + 1 :].sum()
+        return cls(weights / weights.sum())
+
+    @property
+    def max_accepted(self) -> int:
+        return len(self.probabilities) - 1
+
+    @property
+    def mean(self) -> float:
+        return float(np.dot(np.arange(len(self.probabilities)), self.probabilities))
+
+    def sample(self, rng: np.random.Generator, caps: np.ndarray) -> np.ndarray:
+        """One draw per sequence, each capped at its `caps` entry (tokens it may still
+        emit beyond the first). caps: (b,) int; returns (b,) int64."""
+        cdf = np.cumsum(self.probabilities)  # (K + 1,)
+        cdf[-1] = 1.0  # rounding must not leave room beyond K
+        draws = np.searchsorted(cdf, rng.random(len(caps)), side="right")  # (b,)
+        return np.minimum(draws, caps).astype(np.int64)

@@ -1,0 +1,130 @@
+"""The draft model's share of a speculative step: its own forwards on the same GPUs.
+
+As in the real backend (`real_backend/decoders/drafter.py`), the draft cache lags the
+sequence: a draft's first forward of a step catches up on the tokens it has not cached
+(the whole prompt and first token the first time, or again after a recompute preemption;
+then the bonus token, plus the last drafted token when the whole chain was accepted) and
+yields the first proposal; each further drafted token is one more single-token forward.
+A token tree takes one forward per level, feeding the tree so far, and caches none of it.
+The draft is priced by a roofline model of its own shape on the scenario's hardware (the
+scenario's roofline efficiencies when it uses the roofline, defaults otherwise: profiles
+of the target say nothing about the draft).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.catalogs.hardware import get_gpu
+from simulator.catalogs.models import MODEL_CATALOG, ModelSpec, model_from_hf_config
+from simulator.catalogs.suggest import unknown_name_message
+from simulator.cost_models.base import CostModel, StepWork
+from simulator.cost_models.roofline import RooflineCostModel
+from workbench.errors import WorkbenchError
+from workbench.scenario.decoders import SpeculativeDecoderConfig
+from workbench.scenario.scenario import Scenario
+from workbench.scenario.system import RooflineCostConfig
+
+
+def draft_model_spec(cfg: SpeculativeDecoderConfig) -> ModelSpec:
+    """The draft's shape: its config.json (`config_path`, or a resolved `zoo`) or `name`."""
+    draft = cfg.draft
+    if draft.config_path is not None:
+        return model_from_hf_config(draft.config_path, name=draft.name or "draft")
+    if draft.name is not None:
+        spec = MODEL_CATALOG.get(draft.name)
+        if spec is None:
+            message = unknown_name_message("model", draft.name, MODEL_CATALOG)
+            raise WorkbenchError(message, field="decoder.draft.name")
+        return spec
+    raise WorkbenchError(
+        "the simulator needs the draft model's shape: give decoder.draft.config_path (or zoo) "
+        "or decoder.draft.name (a model catalog name)",
+        field="decoder.draft",
+    )
+
+
+def draft_cost_model(scenario: Scenario, spec: ModelSpec) -> CostModel:
+    cfg = scenario.cost_model
+    roofline = cfg if isinstance(cfg, RooflineCostConfig) else RooflineCostConfig(kind="roofline")
+    hw = scenario.hardware
+    return RooflineCostModel(
+        spec, get_gpu(hw.gpu), hw.tensor_parallel, scenario.model.dtype, roofline
+    )
+
+
+class DraftCache:
+    """Tokens the draft has cached per request, and the time its forwards take."""
+
+    def __init__(self, cost_model: CostModel) -> None:
+        self.cost_model = cost_model
+        self.cached: dict[int, int] = {}  # request id → draft KV length
+
+    def release(self, request_id: int) -> None:
+        """A finished or preempted request: its draft KV is gone."""
+        self.cached.pop(request_id, None)
+
+    def step_s(
+        self,
+        ids: list[int],
+        tokens: np.ndarray,
+        forwards: np.ndarray,
+        tree_nodes: np.ndarray | None,
+    ) -> float:
+        """Draft time of one step. tokens: (b,) prompt + emitted per sequence; forwards: (b,)
+        draft forwards each runs; tree_nodes: a tree's nodes by depth, None for a chain."""
+        cached = np.array([self.cached.get(i, 0) for i in ids], dtype=np.int64)  # (b,)
+        first = forwards > 0
+        chunk = np.where(first, tokens - cached, 0)  # catch-up, with the first proposal
+        time_s = self._forward_s(chunk, cached)
+        if tree_nodes is not None:
+            for level in range(1, int(forwards.max(initial=0))):
+                nodes = np.where(forwards > level, tree_nodes[level], 0)
+                time_s += self._forward_s(nodes, tokens)
+            return time_s
+        return time_s + self._chain_tail_s(tokens, forwards)
+
+    def update(
+        self, ids: list[int], tokens: np.ndarray, forwards: np.ndarray, accepted: np.ndarray,
+        tree: bool,
+    ) -> None:  # fmt: skip
+        """After verification: the draft keeps the old tokens plus the accepted drafts it
+        cached itself (a chain caches all its drafts but the last; a tree none)."""
+        kept = tokens if tree else tokens + np.minimum(accepted, np.maximum(forwards - 1, 0))
+        for request_id, ran, cached in zip(ids, forwards.tolist(), kept.tolist(), strict=True):
+            if ran:
+                self.cached[request_id] = cached
+
+    def _chain_tail_s(self, tokens: np.ndarray, forwards: np.ndarray) -> float:
+        """Single-token forwards 2..k: the batch of sequences still drafting, each one token
+        further (a fixed k makes it one decode span)."""
+        longest = int(forwards.max(initial=0))
+        if longest <= 1:
+            return 0.0
+        drafting = forwards > 1
+        if bool(np.all(forwards[drafting] == longest)):
+            n = int(drafting.sum())
+            context = int(tokens[drafting].sum()) + n  # KV incl. the new token, 2nd forward
+            return float(self.cost_model.decode_span_s(n, context, longest - 1).sum())
+        time_s = 0.0
+        for j in range(1, longest):
+            active = forwards > j
+            work = StepWork(
+                decode_batch_size=int(active.sum()),
+                decode_context_sum=int(tokens[active].sum()) + j * int(active.sum()),
+            )
+            time_s += self.cost_model.step_time_s(work)
+        return time_s
+
+    def _forward_s(self, chunk: np.ndarray, before: np.ndarray) -> float:
+        """One forward: `chunk` tokens per sequence (0: not in it) over `before` cached."""
+        single, multi = chunk == 1, chunk > 1
+        if not single.any() and not multi.any():
+            return 0.0
+        work = StepWork(
+            prefill_chunk_tokens=tuple(chunk[multi].tolist()),
+            prefill_context_tokens=tuple(before[multi].tolist()),
+            decode_batch_size=int(single.sum()),
+            decode_context_sum=int(before[single].sum()) + int(single.sum()),
+        )
+        return self.cost_model.step_time_s(work)

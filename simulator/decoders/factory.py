@@ -1,0 +1,71 @@
+"""Build each replica's multi-token stepper from the scenario's decoder section."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simulator.catalogs.models import ModelSpec
+from simulator.decoders.calibration import calibrate
+from simulator.decoders.draft_cost import DraftCache, draft_cost_model, draft_model_spec
+from simulator.decoders.lookahead import lookahead_step_model
+from simulator.decoders.speculative import speculative_step_model
+from simulator.decoders.step_model import StepModel
+from simulator.decoders.stepper import MultiTokenStepper
+from workbench.scenario.decoders import LookaheadDecoderConfig, SpeculativeDecoderConfig
+from workbench.scenario.scenario import Scenario
+from workbench.seeding import component_rng
+
+if TYPE_CHECKING:
+    from workbench.store.db import ResultsStore
+
+
+def draft_spec(scenario: Scenario) -> ModelSpec | None:
+    """The speculative draft's shape (it shares the replica's memory), else None."""
+    decoder = scenario.decoder
+    return draft_model_spec(decoder) if isinstance(decoder, SpeculativeDecoderConfig) else None
+
+
+def build_steppers(
+    scenario: Scenario, replicas: int, store: ResultsStore | None
+) -> tuple[list[MultiTokenStepper | None], dict[str, str]]:
+    """One stepper per replica (None each for vanilla decoding) and facts for the run's
+    info: which run a calibrated histogram came from, and the histogram."""
+    decoder = scenario.decoder
+    if not isinstance(decoder, SpeculativeDecoderConfig | LookaheadDecoderConfig):
+        return [None] * replicas, {}
+    counts, info = None, {}
+    if decoder.calibrate_from is not None:
+        calibration = calibrate(store, decoder.calibrate_from)
+        counts = calibration.accepted_counts
+        info = {
+            "calibrated_from": calibration.run_id,
+            "calibrated_accepted_counts": json.dumps(counts.tolist()),
+        }
+    model = _step_model(decoder, counts)
+    steppers: list[MultiTokenStepper | None] = [
+        MultiTokenStepper(model, _replica_rng(scenario.seed, i), _draft(scenario))
+        for i in range(replicas)
+    ]
+    return steppers, info
+
+
+def _step_model(
+    decoder: SpeculativeDecoderConfig | LookaheadDecoderConfig, counts: np.ndarray | None
+) -> StepModel:
+    if isinstance(decoder, SpeculativeDecoderConfig):
+        return speculative_step_model(decoder, counts)
+    return lookahead_step_model(decoder, counts)
+
+
+def _draft(scenario: Scenario) -> DraftCache | None:
+    spec = draft_spec(scenario)
+    return None if spec is None else DraftCache(draft_cost_model(scenario, spec))
+
+
+def _replica_rng(seed: int, replica: int) -> np.random.Generator:
+    """Each replica draws from its own stream: a replica's draws depend only on the order
+    of its own steps, never on how the others interleave with it."""
+    return component_rng(seed, f"decoder.step_model.replica{replica}")

@@ -1,0 +1,59 @@
+"""The speculative decoder's step model: a draft proposes, the target verifies.
+
+Per step and sequence the target verifies its last token plus the drafted tokens (a chain
+of k, or a token tree) and emits the accepted ones plus its own next token. The simulator
+assumes a fixed draft: k = `num_speculative_tokens` every step, even with `adaptive` (the
+real backend shortens k after poor acceptance; a histogram calibrated from an adaptive run
+carries that mix, while the simulator still prices k drafts: an upper bound on the cost).
+Trees accept a root-to-node path: at most their depth.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from simulator.decoders.acceptance import AcceptanceDistribution
+from simulator.decoders.step_model import StepModel
+from workbench.scenario.decoders import (
+    HistogramAcceptance,
+    IIDAcceptance,
+    SpeculativeDecoderConfig,
+)
+
+
+def draft_shape(cfg: SpeculativeDecoderConfig) -> np.ndarray:
+    """Drafted tokens by the depth the draft may reach: (depth + 1,), entry 0 is 0."""
+    tree = cfg.tree
+    if tree is None:
+        return np.arange(cfg.num_speculative_tokens + 1, dtype=np.int64)
+    if tree.kind == "static":
+        per_level = np.cumprod(tree.branching)  # nodes at each depth
+        return np.concatenate(([0], np.cumsum(per_level))).astype(np.int64)
+    # Dynamic: each level keeps the top_k likeliest children, up to max_nodes in all.
+    depth = min(tree.max_depth, math.ceil(tree.max_nodes / tree.top_k))
+    return np.minimum(tree.top_k * np.arange(depth + 1), tree.max_nodes).astype(np.int64)
+
+
+def max_accepted_tokens(cfg: SpeculativeDecoderConfig) -> int:
+    """Most drafted tokens one step can accept: k, or the tree's depth."""
+    return len(draft_shape(cfg)) - 1
+
+
+def speculative_step_model(
+    cfg: SpeculativeDecoderConfig, calibrated_counts: np.ndarray | None = None
+) -> StepModel:
+    """calibrated_counts: accepted-token counts (index = accepted) replacing `acceptance`."""
+    shape = draft_shape(cfg)
+    k = len(shape) - 1
+    acc = cfg.acceptance
+    if calibrated_counts is not None:
+        acceptance = AcceptanceDistribution.histogram(calibrated_counts, k)
+    elif isinstance(acc, IIDAcceptance):
+        acceptance = AcceptanceDistribution.iid(acc.rate, k)
+    elif isinstance(acc, HistogramAcceptance):
+        acceptance = AcceptanceDistribution.histogram(acc.counts, k)
+    else:
+        acceptance = AcceptanceDistribution.positional(acc.rates, k, "decoder.acceptance.rates")
+    return StepModel(acceptance, shape, drafts_with_model=True, tree=cfg.tree is not None)

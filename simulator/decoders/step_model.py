@@ -1,0 +1,43 @@
+"""A decoder's step model: per decoding sequence, tokens computed and tokens emitted.
+
+`extra_tokens(caps)` says how many tokens the target computes for each sequence beyond the
+one a vanilla step computes (drafted tokens to verify, a lookahead window); `draw` how many
+it emits beyond the first. `caps` is each sequence's room: output tokens still to emit,
+less the step's first; no sequence ever emits past its output length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.decoders.acceptance import AcceptanceDistribution
+
+
+@dataclass(frozen=True)
+class StepModel:
+    acceptance: AcceptanceDistribution
+    # Target tokens beyond the first by room: entry min(cap, len − 1). A chain of k drafts
+    # is 0, 1, …, k; a token tree its node count by depth; lookahead a constant.
+    extra_by_room: np.ndarray  # (K + 1,) int64
+    drafts_with_model: bool  # a draft model proposes (its forwards cost time too)
+    tree: bool = False  # the draft is a token tree: one draft forward per level
+
+    def extra_tokens(self, caps: np.ndarray) -> np.ndarray:
+        """(b,) target tokens computed beyond one per sequence."""
+        room = np.minimum(caps, len(self.extra_by_room) - 1)
+        return self.extra_by_room[room]
+
+    def draft_forwards(self, caps: np.ndarray) -> np.ndarray:
+        """(b,) sequential draft-model forwards per sequence (a chain: one per drafted token;
+        a tree: one per level)."""
+        if not self.drafts_with_model:
+            return np.zeros(len(caps), dtype=np.int64)
+        if self.tree:
+            return np.minimum(caps, self.acceptance.max_accepted).astype(np.int64)
+        return self.extra_tokens(caps)
+
+    def draw(self, rng: np.random.Generator, caps: np.ndarray) -> np.ndarray:
+        """(b,) tokens each sequence emits beyond the first."""
+        return self.acceptance.sample(rng, caps)

@@ -1,0 +1,91 @@
+"""One multi-token decode step on a simulated replica: draws, target work, duration.
+
+The replica plans such steps one at a time (a policy with lookahead slots never repeats a
+step). Before the step runs, the stepper reads each decoding sequence's exact progress,
+draws the tokens it will emit beyond the first (capped by its room), and prices the step:
+the target's forward (prefill chunks, plus 1 + extra tokens per decoding sequence, each
+extra token attending to its sequence's KV and the step's earlier tokens) and, for
+speculative decoding, the draft model's forwards before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.cost_models.base import CostModel, StepWork
+from simulator.decoders.draft_cost import DraftCache
+from simulator.decoders.step_model import StepModel
+from workbench.scheduling.plan import StepPlan
+from workbench.scheduling.sequence import Sequence
+
+
+@dataclass
+class StepDraw:
+    """What a planned multi-token step will do, drawn before it runs."""
+
+    sequences: list[Sequence]  # the step's decoding sequences
+    accepted: np.ndarray  # (b,) tokens each emits beyond the first
+    drafted: int  # target tokens computed beyond one per sequence, summed
+    duration_s: float
+
+    @property
+    def accepted_total(self) -> int:
+        return int(self.accepted.sum())
+
+
+def decode_progress(seqs: list[Sequence], step: int) -> tuple[np.ndarray, np.ndarray]:
+    """(generated, computed) of decode-set members at counter `step`: (b,) each.
+
+    Members advance lazily (DecodeSet): progress = entry value + steps since entry; extra
+    tokens of earlier multi-token steps are already folded into the entry values."""
+    since = np.array([step - s.entry_step for s in seqs], dtype=np.int64)
+    generated = np.array([s.entry_generated for s in seqs], dtype=np.int64) + since
+    computed = np.array([s.entry_computed for s in seqs], dtype=np.int64) + since
+    return generated, computed
+
+
+class MultiTokenStepper:
+    def __init__(
+        self, model: StepModel, rng: np.random.Generator, draft: DraftCache | None = None
+    ) -> None:
+        self.model = model
+        self.rng = rng
+        self.draft = draft
+
+    def release(self, request_id: int) -> None:
+        if self.draft is not None:
+            self.draft.release(request_id)
+
+    def plan_step(self, plan: StepPlan, seqs: list[Sequence], target: CostModel) -> StepDraw:
+        generated, computed = decode_progress(seqs, plan.step)
+        output = np.array([s.output_tokens for s in seqs], dtype=np.int64)
+        caps = output - generated - 1  # (b,) room beyond the step's first token
+        extra = self.model.extra_tokens(caps)  # (b,)
+        accepted = self.model.draw(self.rng, caps)
+        context = computed + 1  # (b,) KV incl. the step's first token
+        work = StepWork(
+            prefill_chunk_tokens=tuple(c.tokens for c in plan.prefills),
+            prefill_context_tokens=tuple(c.context_tokens for c in plan.prefills),
+            decode_batch_size=plan.decode_batch_size,
+            decode_context_sum=plan.decode_context_sum,
+            decode_extra_tokens=int(extra.sum()),
+            decode_extra_context_sum=int(np.dot(extra, context) + (extra * (extra + 1)).sum() // 2),
+        )
+        duration_s = target.step_time_s(work)
+        if self.draft is not None:
+            duration_s += self._draft_s(seqs, generated, caps, accepted)
+        return StepDraw(seqs, accepted, int(extra.sum()), duration_s)
+
+    def _draft_s(
+        self, seqs: list[Sequence], generated: np.ndarray, caps: np.ndarray, accepted: np.ndarray
+    ) -> float:
+        assert self.draft is not None
+        ids = [s.request_id for s in seqs]
+        tokens = np.array([s.prompt_tokens for s in seqs], dtype=np.int64) + generated
+        forwards = self.model.draft_forwards(caps)
+        tree = self.model.extra_by_room if self.model.tree else None
+        time_s = self.draft.step_s(ids, tokens, forwards, tree)
+        self.draft.update(ids, tokens, forwards, accepted, self.model.tree)
+        return time_s

@@ -1,0 +1,80 @@
+"""Hand-made runs of a multi-token decoder: requests served one after another on one
+replica, each step writing its own emission row (as the real engine's bursts do)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from fixtures_records import make_meta
+
+from workbench.records import EmissionSpans, RequestRecords, RunMeta, RunRecords, StepRecords
+
+STEP_S = 0.01
+PROMPT_TOKENS = 10
+
+
+def sequential_run(
+    outputs: list[int], accept: Callable[[int], int], k: int, category: list | None = None
+) -> RunRecords:
+    """Request i emits outputs[i] tokens: one at its prefill step, then per decode step
+    1 + min(accept(room), room) with room = tokens left − 1; k drafts (capped) per step."""
+    steps: list[tuple[int, int, int, int, int]] = []  # prefill, decode, emitted, drafted, accepted
+    spans: list[tuple[int, int, int]] = []  # request, step, tokens
+    first_step, last_step = [], []
+    for request, output in enumerate(outputs):
+        first_step.append(len(steps))
+        steps.append((PROMPT_TOKENS, 0, 1, 0, 0))
+        spans.append((request, len(steps) - 1, 1))
+        emitted = 1
+        while emitted < output:
+            room = output - emitted - 1
+            extra = min(accept(room), room)
+            steps.append((0, 1, 1 + extra, min(k, room), extra))
+            spans.append((request, len(steps) - 1, 1 + extra))
+            emitted += 1 + extra
+        last_step.append(len(steps) - 1)
+    return _records(outputs, steps, spans, first_step, last_step, category)
+
+
+def _records(outputs, steps, spans, first_step, last_step, category) -> RunRecords:
+    n, s = len(outputs), len(steps)
+    cols = np.array(steps, dtype=np.int64).reshape(s, 5)
+    start = np.arange(s) * STEP_S
+    requests = RequestRecords(
+        request_id=np.arange(n, dtype=np.int64),
+        replica=np.zeros(n, dtype=np.int32),
+        arrival_s=start[first_step],
+        first_token_s=start[first_step] + STEP_S,
+        finish_s=start[last_step] + STEP_S,
+        prompt_tokens=np.full(n, PROMPT_TOKENS, dtype=np.int64),
+        output_tokens=np.array(outputs, dtype=np.int64),
+        preemptions=np.zeros(n, dtype=np.int32),
+        status=np.full(n, "finished", dtype=object),
+        category=None if category is None else np.array(category, dtype=object),
+    )
+    step_records = StepRecords(
+        replica=np.zeros(s, dtype=np.int32), step=np.arange(s, dtype=np.int64),
+        start_s=start, duration_s=np.full(s, STEP_S), batch_size=np.ones(s, dtype=np.int32),
+        prefill_tokens=cols[:, 0], decode_tokens=cols[:, 1], kv_blocks_used=np.ones(s, np.int64),
+        emitted_tokens=cols[:, 2], drafted_tokens=cols[:, 3], accepted_tokens=cols[:, 4],
+    )  # fmt: skip
+    span = np.array(spans, dtype=np.int64).reshape(len(spans), 3)
+    emissions = EmissionSpans(
+        request_id=span[:, 0], replica=np.zeros(len(span), dtype=np.int32),
+        first_step=span[:, 1], last_step=span[:, 1], tokens_per_step=span[:, 2].astype(np.int32),
+    )  # fmt: skip
+    return RunRecords(requests, step_records, emissions)
+
+
+def speculative_meta(run_id: str, k: int, backend: str = "real") -> RunMeta:
+    config = {"name": "spec", "decoder": {"kind": "speculative", "num_speculative_tokens": k}}
+    return make_meta(
+        run_id, config=config, backend=backend, decoder="speculative", scenario_name="spec"
+    )
+
+
+def draw_from(probabilities: list[float], seed: int) -> Callable[[int], int]:
+    """accept(room) drawing accepted counts from `probabilities` (index = accepted)."""
+    rng = np.random.default_rng(seed)
+    return lambda room: int(rng.choice(len(probabilities), p=probabilities))

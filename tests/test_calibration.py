@@ -1,0 +1,127 @@
+"""`decoder.calibrate_from`: the simulator replays a stored run's tokens per step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from burst_records import draw_from, sequential_run, speculative_meta
+from fixtures_records import RequestSpec, make_meta, make_records
+from scenario_helpers import SCENARIOS
+
+from simulator.decoders.calibration import calibrate
+from simulator.run import simulate
+from workbench.decode_emissions import decode_emissions
+from workbench.errors import WorkbenchError
+from workbench.scenario.loader import load_scenario
+from workbench.store.db import ResultsStore
+
+KNOWN = [0.15, 0.25, 0.3, 0.2, 0.1]  # P(accepted = i), k = 4
+
+
+def probabilities(counts: np.ndarray) -> np.ndarray:
+    return counts / counts.sum()
+
+
+@pytest.fixture
+def store() -> ResultsStore:
+    with ResultsStore.open(":memory:") as db:
+        yield db
+
+
+def test_capped_and_prefill_emissions_are_left_out(store: ResultsStore) -> None:
+    tokens = iter([1, 5, 5, 2])  # output 14: 1 (prefill) + 1 + 5 + 5 + 2; rooms 12, 11, 6, 1
+    records = sequential_run([14], lambda room: next(tokens) - 1, k=4)
+    assert records.requests.output_tokens.sum() == 14
+    store.write_run(speculative_meta("r1", k=4), records)
+    assert calibrate(store, "r1").accepted_counts.tolist() == [1, 0, 0, 0, 2]
+    assert decode_emissions(records).histogram().tolist() == [0, 1, 1, 0, 0, 2]
+
+
+def test_a_preempted_request_re_prefills_and_that_emission_is_not_a_decode() -> None:
+    spans = [(0, 0, 3, 1), (0, 7, 9, 1)]  # prefill at 0, decodes 1-3, re-prefill at 7, 8-9
+    records = make_records({0: [(i * 0.1, 0.1) for i in range(10)]}, [RequestSpec(0, 0.0, spans)])
+    emissions = decode_emissions(records)
+    assert emissions.count.tolist() == [3, 2]
+    assert emissions.emitted_before.tolist() == [1, 5]
+
+
+def test_simulation_calibrated_from_a_run_reproduces_its_histogram(store: ResultsStore) -> None:
+    real = sequential_run([60] * 400, draw_from(KNOWN, seed=1), k=4)
+    store.write_run(speculative_meta("abc123", k=4), real)
+    measured = probabilities(calibrate(store, "abc").accepted_counts)
+    assert np.abs(measured - KNOWN).max() < 0.02
+    scenario = load_scenario(
+        SCENARIOS / "speculative_sim.yaml",
+        ["workload.num_requests=150", "decoder.calibrate_from=abc"],
+    )
+    records = simulate(scenario, store=store)
+    simulated = probabilities(decode_emissions(records).histogram(room=4)[1:])
+    assert decode_emissions(records).histogram(room=4).sum() > 3000
+    assert np.abs(simulated - measured).max() < 0.02
+    assert records.info["calibrated_from"] == "abc123"
+
+
+def test_lookahead_calibrates_from_a_speculative_run(store: ResultsStore) -> None:
+    store.write_run(
+        speculative_meta("spec1", k=4), sequential_run([40] * 50, draw_from(KNOWN, 2), 4)
+    )
+    scenario = load_scenario(
+        SCENARIOS / "lookahead_sim.yaml",
+        ["workload.num_requests=20", "decoder.calibrate_from=spec1", "decoder.ngram=6"],
+    )
+    records = simulate(scenario, store=store)
+    assert decode_emissions(records).histogram().size <= 6  # at most 1 + 4 tokens per step
+
+
+def test_unknown_run_names_the_field(store: ResultsStore) -> None:
+    with pytest.raises(WorkbenchError, match=r"decoder\.calibrate_from: no run .*'nope'"):
+        calibrate(store, "nope")
+
+
+def test_a_vanilla_run_cannot_calibrate(store: ResultsStore) -> None:
+    records = make_records({0: [(0.0, 0.1), (0.1, 0.1)]}, [RequestSpec(0, 0.0, [(0, 0, 1, 1)])])
+    store.write_run(make_meta("van"), records)
+    with pytest.raises(WorkbenchError, match=r"decoder\.calibrate_from: run van used the vanilla"):
+        calibrate(store, "van")
+
+
+def test_cli_threads_the_database_to_the_simulator(tmp_path: Path) -> None:
+    from workbench.cli import main
+
+    db = tmp_path / "r.duckdb"
+    with ResultsStore.open(db) as store:
+        store.write_run(
+            speculative_meta("feed01", k=4), sequential_run([30] * 20, draw_from(KNOWN, 3), 4)
+        )
+    args = ["--set", "workload.num_requests=10", "--set", "decoder.calibrate_from=feed"]
+    assert main(["run", str(SCENARIOS / "speculative_sim.yaml"), "--db", str(db), *args]) == 0
+    with ResultsStore.open(db, read_only=True) as store:
+        calibrated = [r for r in store.list_runs() if r["info"].get("calibrated_from")]
+    assert [r["info"]["calibrated_from"] for r in calibrated] == ["feed01"]
+
+
+@pytest.mark.slow
+def test_simulation_reproduces_a_real_speculative_run(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from real_backend.zoo.build import is_built
+    from workbench.cli import main
+
+    if not is_built("tiny"):
+        pytest.skip("the zoo model `tiny` is not built (workbench zoo build tiny)")
+    db, scenario = str(tmp_path / "r.duckdb"), str(SCENARIOS / "specbench_real.yaml")
+    decoder = ["--set", "decoder={kind: speculative, num_speculative_tokens: 4}", "--no-progress"]
+    real_run = ["--set", "workload.num_requests=16"]
+    assert main(["run", scenario, "--db", db, *decoder, *real_run]) == 0
+    with ResultsStore.open(db, read_only=True) as store:
+        (real,) = store.list_runs()
+    sim = ["--backend", "sim", "--set", "workload.num_requests=240"]
+    sim += ["--set", f"decoder.calibrate_from={real['run_id']}"]
+    assert main(["run", scenario, "--db", db, *decoder, *sim]) == 0
+    with ResultsStore.open(db, read_only=True) as store:
+        measured = probabilities(calibrate(store, real["run_id"]).accepted_counts)
+        sim_id = next(r["run_id"] for r in store.list_runs() if r["backend"] == "sim")
+        records = store.load_records(sim_id)
+    simulated = probabilities(decode_emissions(records).histogram(room=4)[1:])
+    assert np.abs(simulated - measured).max() < 0.03

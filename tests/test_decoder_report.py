@@ -1,0 +1,57 @@
+"""The report's decoder tables: speed-up over vanilla, categories, simulator vs real."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from burst_records import sequential_run, speculative_meta
+from fixtures_records import make_meta
+from scenario_helpers import SCENARIOS
+
+from reports.build import build_report
+from simulator.run import simulate
+from workbench.runner import run_scenario
+from workbench.scenario.loader import load_scenario
+from workbench.store.db import ResultsStore
+
+SMALL = ["workload.num_requests=30"]
+
+
+def test_decoder_runs_get_speedup_and_sim_vs_real_tables(tmp_path: Path) -> None:
+    path = SCENARIOS / "speculative_sim.yaml"
+    spec = load_scenario(path, SMALL)
+    vanilla = load_scenario(path, [*SMALL, "decoder={kind: vanilla}"])
+    real = load_scenario(path, [*SMALL, "backend=real"])
+    with ResultsStore.open(tmp_path / "r.duckdb") as store:
+        (spec_run,) = run_scenario(spec, store, source=str(path))
+        (vanilla_run,) = run_scenario(vanilla, store, source=str(path))
+        real_meta = make_meta(
+            "real01", config=real.model_dump(mode="json"), backend="real",
+            decoder="speculative", scenario_name=real.name,
+        )  # fmt: skip
+        store.write_run(real_meta, simulate(spec))  # stands in for a real run's records
+        build_report(store, None, tmp_path / "out")
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    speedup = _section(markdown, "Multi-token decoders: speed-up over vanilla")
+    row = next(line for line in speedup if line.startswith(f"| {spec_run.run_id}"))
+    assert vanilla_run.run_id in row  # matched as the baseline
+    twins = _section(markdown, "Simulator vs real")
+    assert any("real01" in line and spec_run.run_id in line for line in twins)
+    assert "by prompt category" not in markdown  # synthetic prompts carry no category
+
+
+def test_categories_get_their_own_table(tmp_path: Path) -> None:
+    records = sequential_run([8] * 6, lambda room: room, k=4, category=["qa", "math"] * 3)
+    with ResultsStore.open(tmp_path / "r.duckdb") as store:
+        store.write_run(speculative_meta("cat01", k=4), records)
+        build_report(store, None, tmp_path / "out")
+    rows = _section((tmp_path / "out" / "report.md").read_text(), "by prompt category")
+    assert sum(line.startswith("| cat01 | speculative | ") for line in rows) == 2
+
+
+def _section(markdown: str, title: str) -> list[str]:
+    """The table lines under the first heading containing `title`."""
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("## ") and title in line)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), None)
+    return lines[start + 1 : end]

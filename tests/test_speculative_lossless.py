@@ -1,0 +1,101 @@
+"""Greedy speculative decoding emits exactly greedy vanilla decoding's tokens."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from decoder_models import (  # noqa: E402
+    interleaved_workload,
+    noisy_copy,
+    one_thread,
+    random_model,
+    serve,
+)
+
+from real_backend.decoders.drafter import Drafter  # noqa: E402
+from real_backend.decoders.speculative import SpeculativeDecoder  # noqa: E402
+from workbench.scenario.decoders import SpeculativeDecoderConfig  # noqa: E402
+
+VOCAB = 64
+single_thread = pytest.fixture(scope="module", autouse=True)(one_thread)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return random_model(VOCAB, seed=0)
+
+
+@pytest.fixture(scope="module")
+def workload():
+    return interleaved_workload(16, VOCAB)
+
+
+@pytest.fixture(scope="module")
+def vanilla(target, workload):
+    return serve(target, workload)[2]
+
+
+def speculative(draft, **config):
+    cfg = SpeculativeDecoderConfig(kind="speculative", **config)
+
+    def make(model, cache):
+        draft_cache = draft.new_cache(cache.allocator.num_blocks, cache.block_size)
+        return SpeculativeDecoder(model, cache, Drafter(draft, draft_cache, cfg), cfg)
+
+    return make
+
+
+DRAFTS = {
+    "noisy": lambda t: noisy_copy(t, 0.05),
+    "self": lambda t: t,  # always right: every draft accepted
+    "unrelated": lambda t: random_model(VOCAB, dim=16, layers=1, seed=9),  # mostly wrong
+}
+CONFIGS = {
+    "chain k=1": dict(num_speculative_tokens=1),
+    "chain k=4": dict(num_speculative_tokens=4),
+    "chain k=7": dict(num_speculative_tokens=7),
+    "adaptive": dict(num_speculative_tokens=6, adaptive={"min_tokens": 1, "window": 4}),
+    "static tree": dict(tree={"kind": "static", "branching": [3, 2, 1, 1]}),
+    "dynamic tree": dict(tree={"kind": "dynamic", "max_nodes": 12, "top_k": 3, "max_depth": 5}),
+}
+
+
+# Every config with the realistic draft; the extreme drafts on a chain and a tree.
+CASES = [("noisy", c) for c in CONFIGS] + [
+    (d, c) for d in ("self", "unrelated") for c in ("chain k=4", "static tree")
+]
+
+
+@pytest.mark.parametrize(("draft_kind", "config"), CASES)
+def test_greedy_equals_vanilla_batched(target, workload, vanilla, draft_kind, config):
+    draft = DRAFTS[draft_kind](target)
+    engine, records, outputs = serve(target, workload, speculative(draft, **CONFIGS[config]))
+    assert outputs == vanilla
+    assert engine.cache.num_free_blocks == engine.cache.allocator.num_blocks  # nothing leaked
+    drafter = engine.decoder.drafter
+    assert drafter.cache.num_free_blocks == drafter.cache.allocator.num_blocks
+    steps = records.steps
+    assert (steps.accepted_tokens <= steps.drafted_tokens).all()
+    if draft_kind == "self":
+        assert steps.accepted_tokens.sum() > 0.9 * steps.drafted_tokens.sum() or "tree" in config
+
+
+@pytest.mark.parametrize("config", ["chain k=4", "static tree"])
+def test_greedy_equals_vanilla_alone(target, workload, vanilla, config):
+    draft = DRAFTS["noisy"](target)
+    _, _, outputs = serve(target, workload, speculative(draft, **CONFIGS[config]), max_batch_size=1)
+    assert outputs == vanilla
+
+
+def test_self_draft_chain_accepts_everything_in_fewer_steps(target, workload, vanilla):
+    _, vanilla_records, _ = serve(target, workload)
+    _, records, _ = serve(target, workload, speculative(target, num_speculative_tokens=4))
+    s = records.steps
+    assert s.accepted_tokens.sum() == s.drafted_tokens.sum() > 0
+    assert len(s.step) < 0.5 * len(vanilla_records.steps.step)
+    # Emission rows carry the tokens of each multi-token step; they add up to the outputs.
+    e = records.emissions
+    emitted = ((e.last_step - e.first_step + 1) * e.tokens_per_step).sum()
+    assert emitted == records.requests.output_tokens.sum()

@@ -1,0 +1,70 @@
+"""Databases written before `requests.category` (schema 1) still read, and upgrade on write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+from fixtures_records import make_meta, synthetic_records
+
+from workbench.records import RunRecords
+from workbench.store import ResultsStore
+from workbench.store.schema import REQUEST_METRICS_VIEW, RUN_SUMMARY_VIEW, SCHEMA_VERSION
+
+
+def _schema_1_database(path: Path, records: RunRecords) -> None:
+    """A database as schema 1 wrote it: one run, no category column."""
+    with ResultsStore.open(path) as store:
+        store.write_run(make_meta("old"), records)
+    con = duckdb.connect(str(path))
+    con.execute("DROP VIEW run_summary")
+    con.execute("DROP VIEW request_metrics")
+    con.execute("ALTER TABLE requests DROP COLUMN category")
+    con.execute(REQUEST_METRICS_VIEW.replace(" category,", ""))
+    con.execute(RUN_SUMMARY_VIEW)
+    con.execute("DELETE FROM schema_version")
+    con.execute("INSERT INTO schema_version VALUES (1, now()::TIMESTAMP)")
+    con.close()
+
+
+@pytest.fixture
+def old_db(tmp_path: Path) -> tuple[Path, RunRecords]:
+    records = synthetic_records(50, 100, 100, seed=3)
+    path = tmp_path / "old.duckdb"
+    _schema_1_database(path, records)
+    return path, records
+
+
+def _version(path: Path) -> int:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute("SELECT max(version) FROM schema_version").fetchall()[0][0]
+    finally:
+        con.close()
+
+
+def test_read_only_open_reads_old_runs_with_no_categories(old_db: tuple[Path, RunRecords]) -> None:
+    path, records = old_db
+    with ResultsStore.open(path, read_only=True) as store:
+        back = store.load_records("old")
+        assert [r["run_id"] for r in store.list_runs()] == ["old"]
+    assert back.requests.category.tolist() == [None] * 50
+    assert np.array_equal(back.requests.prompt_tokens, records.requests.prompt_tokens)
+    assert _version(path) == 1  # reading changes nothing
+
+
+def test_writable_open_migrates_and_keeps_old_rows(old_db: tuple[Path, RunRecords]) -> None:
+    path, records = old_db
+    records.requests.category = np.array(["qa", "rag"] * 25, dtype=object)
+    with ResultsStore.open(path) as store:
+        store.write_run(make_meta("new"), records)
+        old, new = store.load_records("old"), store.load_records("new")
+        view = store.connection.sql(
+            "SELECT run_id, count(category) FROM request_metrics GROUP BY ALL ORDER BY 1"
+        ).fetchall()
+    assert _version(path) == SCHEMA_VERSION
+    assert old.requests.category.tolist() == [None] * 50
+    assert new.requests.category.tolist() == ["qa", "rag"] * 25
+    assert view == [("new", 50), ("old", 0)]

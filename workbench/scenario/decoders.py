@@ -1,0 +1,214 @@
+"""The decoder section: how each step turns a model forward into emitted tokens.
+
+The real backend runs these decoders for real; the simulator replays what they do per step
+through a step model (`acceptance` / `tokens_per_step`, or `calibrate_from` a real run).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from workbench.scenario.base import StrictModel
+
+
+class SamplingConfig(StrictModel):
+    temperature: float = Field(
+        default=0.0, ge=0, description="Sampling temperature of the real backend; 0 is greedy."
+    )
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass (1: off).")
+    top_k: int = Field(default=0, ge=0, description="Sample among the k likeliest (0: off).")
+
+
+class VanillaDecoderConfig(SamplingConfig):
+    kind: Literal["vanilla"] = Field(description="One token per sequence per step.")
+
+
+class DraftModelConfig(StrictModel):
+    """The draft model. Default: the draft of the target's zoo pair (`model.zoo`)."""
+
+    zoo: str | None = Field(
+        default=None, description="A zoo pair whose draft to use (e.g. `small`)."
+    )
+    config_path: Path | None = Field(
+        default=None,
+        description="A checkpoint folder (or its config.json) sharing the target's tokenizer.",
+    )
+    name: str | None = Field(
+        default=None,
+        description="Simulator: a model catalog name pricing the draft's steps when neither "
+        "zoo nor config_path gives its shape.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DraftModelConfig:
+        if self.zoo is not None and self.config_path is not None:
+            raise ValueError("give the draft as zoo or as config_path, not both")
+        return self
+
+
+class IIDAcceptance(StrictModel):
+    kind: Literal["iid"] = Field(description="Each drafted token accepted with one rate.")
+    rate: float = Field(ge=0, le=1, description="Acceptance rate α of a drafted token.")
+
+
+class PositionalAcceptance(StrictModel):
+    kind: Literal["positional"] = Field(
+        description="Drafted token i accepted with rate i, given the ones before were."
+    )
+    rates: list[float] = Field(min_length=1, description="Per-position acceptance rates.")
+
+    @model_validator(mode="after")
+    def _rates_in_range(self) -> PositionalAcceptance:
+        if any(not 0 <= r <= 1 for r in self.rates):
+            raise ValueError("every rate must be within [0, 1]")
+        return self
+
+
+class HistogramAcceptance(StrictModel):
+    kind: Literal["histogram"] = Field(
+        description="Accepted drafted tokens per step drawn from counts (index = accepted)."
+    )
+    counts: list[float] = Field(min_length=1, description="Weight of 0, 1, 2… accepted tokens.")
+
+    @model_validator(mode="after")
+    def _counts_valid(self) -> HistogramAcceptance:
+        if any(c < 0 for c in self.counts) or sum(self.counts) <= 0:
+            raise ValueError("counts must be non-negative with a positive sum")
+        return self
+
+
+AcceptanceModel = Annotated[
+    IIDAcceptance | PositionalAcceptance | HistogramAcceptance, Field(discriminator="kind")
+]
+
+
+class TreeConfig(StrictModel):
+    """A token tree drafted per step: static branching per depth, or grown by confidence."""
+
+    kind: Literal["static", "dynamic"] = Field(
+        description="static: `branching[d]` children per node at depth d; dynamic: expand the "
+        "likeliest draft paths (product of draft probabilities) up to `max_nodes`."
+    )
+    branching: list[int] = Field(
+        default_factory=lambda: [2, 2, 1, 1],
+        min_length=1,
+        description="static: children per node at each depth (its length is the depth).",
+    )
+    max_nodes: int = Field(default=16, gt=0, description="dynamic: drafted nodes per step.")
+    top_k: int = Field(default=4, gt=0, description="dynamic: candidates per expanded node.")
+    max_depth: int = Field(default=6, gt=0, description="dynamic: deepest drafted level.")
+
+    @model_validator(mode="after")
+    def _positive_branching(self) -> TreeConfig:
+        if any(b < 1 for b in self.branching):
+            raise ValueError("every branching factor must be at least 1")
+        return self
+
+
+class AdaptiveKConfig(StrictModel):
+    """Per-sequence draft length by recent acceptance (a chain only)."""
+
+    min_tokens: int = Field(default=1, gt=0, description="Shortest draft.")
+    window: int = Field(default=8, gt=0, description="Recent steps the acceptance is taken over.")
+
+
+class SpeculativeDecoderConfig(SamplingConfig):
+    kind: Literal["speculative"] = Field(
+        description="A draft model proposes tokens; the target verifies them in one forward."
+    )
+    draft: DraftModelConfig = Field(
+        default_factory=DraftModelConfig, description="The draft model."
+    )
+    num_speculative_tokens: int = Field(
+        default=4,
+        gt=0,
+        le=64,
+        description="k: drafted tokens per step (the most, with `adaptive`). 4 suits drafts "
+        "that agree with the target on roughly 60-80% of tokens.",
+    )
+    tree: TreeConfig | None = Field(default=None, description="Draft a token tree (greedy).")
+    adaptive: AdaptiveKConfig | None = Field(
+        default=None, description="Adapt k per sequence to its recent acceptance."
+    )
+    acceptance: AcceptanceModel = Field(
+        default_factory=lambda: IIDAcceptance(kind="iid", rate=0.7),
+        description="Simulator: accepted drafted tokens per step.",
+    )
+    calibrate_from: str | None = Field(
+        default=None,
+        description="Simulator: a run id (prefix) in the database whose recorded accepted-"
+        "tokens histogram replaces `acceptance`.",
+    )
+
+    @model_validator(mode="after")
+    def _compatible(self) -> SpeculativeDecoderConfig:
+        if self.tree is not None and self.adaptive is not None:
+            raise ValueError("adaptive k applies to chain drafts, not trees")
+        if self.tree is not None and self.temperature > 0:
+            raise ValueError("token trees are verified greedily: set temperature to 0")
+        if self.adaptive is not None and self.adaptive.min_tokens > self.num_speculative_tokens:
+            raise ValueError("adaptive.min_tokens exceeds num_speculative_tokens")
+        return self
+
+    @property
+    def max_draft_tokens(self) -> int:
+        """Drafted tokens a step verifies at most (tree nodes or chain length)."""
+        if self.tree is None:
+            return self.num_speculative_tokens
+        if self.tree.kind == "dynamic":
+            return self.tree.max_nodes
+        nodes, width = 0, 1
+        for b in self.tree.branching:
+            width *= b
+            nodes += width
+        return nodes
+
+
+class LookaheadDecoderConfig(StrictModel):
+    kind: Literal["lookahead"] = Field(
+        description="Jacobi iteration with an n-gram pool (greedy, lossless; no draft model)."
+    )
+    window: int = Field(default=5, gt=0, description="W: lookahead window width.")
+    ngram: int = Field(
+        default=4, ge=2, description="N: n-gram size (the window keeps N-1 Jacobi levels)."
+    )
+    candidates: int = Field(
+        default=5, ge=0, description="G: n-grams from the pool verified per step."
+    )
+    prompt_pool: bool = Field(
+        default=True, description="Seed the n-gram pool from the prompt (prompt lookup)."
+    )
+    tokens_per_step: HistogramAcceptance | None = Field(
+        default=None,
+        description="Simulator: accepted tokens per step beyond the first (histogram); "
+        "required unless calibrate_from is set.",
+    )
+    calibrate_from: str | None = Field(
+        default=None,
+        description="Simulator: a run id (prefix) whose recorded tokens per step to replay.",
+    )
+
+    @property
+    def step_tokens(self) -> int:
+        """Tokens one step feeds per sequence at most: the window's N-1 levels of W (the last
+        emitted token is column 0 of the lowest level) and G n-grams of N-1 tokens."""
+        return self.window * (self.ngram - 1) + self.candidates * (self.ngram - 1)
+
+    @property
+    def max_draft_tokens(self) -> int:
+        """Tokens beyond the last emitted one a step writes to the cache."""
+        return self.step_tokens - 1
+
+
+DecoderConfig = Annotated[
+    VanillaDecoderConfig | SpeculativeDecoderConfig | LookaheadDecoderConfig,
+    Field(discriminator="kind"),
+]
+
+
+def lookahead_slots(decoder: VanillaDecoderConfig | SpeculativeDecoderConfig | LookaheadDecoderConfig) -> int:
+    """KV slots a decode step writes beyond its one emitted token (0 for vanilla)."""
+    return 0 if isinstance(decoder, VanillaDecoderConfig) else decoder.max_draft_tokens
