@@ -22,6 +22,7 @@ import torch
 import transformers
 
 from real_backend.engine import RealEngine, ServeOptions
+from real_backend.model import Transformer
 from real_backend.model.loading import load_checkpoint
 from real_backend.prompts import synthetic_prompts
 from workbench.scenario.system import VanillaDecoderConfig
@@ -44,9 +45,9 @@ def spread_lengths(n: int, scale: int, seed: int) -> tuple[np.ndarray, np.ndarra
     return prompts.astype(np.int64), outputs.astype(np.int64)
 
 
-def ours(folder: Path, prompts: list[list[int]], outputs: np.ndarray, batch: int) -> float:
-    """Seconds for our engine to serve the requests, `batch` at most at a time."""
-    model = load_checkpoint(folder)
+def ours(model: Transformer, prompts: list[list[int]], outputs: np.ndarray, batch: int) -> float:
+    """Seconds for our engine to serve the requests, `batch` at most at a time (the model is
+    loaded once beforehand, like transformers' side)."""
     longest = max(len(p) for p in prompts) + int(outputs.max())
     num_blocks = batch * (-(-longest // BLOCK)) * 2 + 8
     policy = ContinuousBatching(
@@ -89,15 +90,14 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     hf = transformers.AutoModelForCausalLM.from_pretrained(args.checkpoint).eval()
+    model = load_checkpoint(args.checkpoint)
     vocab = hf.config.vocab_size
     prompt_lens, output_lens = spread_lengths(32, args.scale, seed=0)
     prompts = synthetic_prompts(prompt_lens, vocab, seed=0)
 
     single = slice(0, args.single)
     tokens_1 = int(output_lens[single].sum())
-    t_ours_1 = timed(
-        args.repeat, lambda: ours(args.checkpoint, prompts[single], output_lens[single], 1)
-    )
+    t_ours_1 = timed(args.repeat, lambda: ours(model, prompts[single], output_lens[single], 1))
     t_hf_1 = timed(
         args.repeat,
         lambda: sum(
@@ -106,7 +106,7 @@ def main() -> None:
     )
     report("batch 1", tokens_1, t_ours_1, t_hf_1)
     useful = int(output_lens.sum())
-    t_ours = timed(args.repeat, lambda: ours(args.checkpoint, prompts, output_lens, 32))
+    t_ours = timed(args.repeat, lambda: ours(model, prompts, output_lens, 32))
     t_hf = timed(args.repeat, lambda: hf_generate(hf, prompts, output_lens, 0))
     report(f"32 concurrent (longest output {int(output_lens.max())})", useful, t_ours, t_hf)
 

@@ -186,7 +186,9 @@ class RealEngine:
 
     def _decode_request(self, seq: Sequence) -> DecodeRequest:
         rid = seq.request_id
-        return DecodeRequest(rid, self.tokens[rid], max(self._remaining(seq), 1), self.generators[rid])
+        return DecodeRequest(
+            rid, self.tokens[rid], max(self._remaining(seq), 1), self.generators[rid]
+        )
 
     def _remaining(self, seq: Sequence) -> int:
         """Tokens `seq` may still emit (the policy's counters of decoding members are lazy)."""

@@ -13,11 +13,13 @@ Memory: ``k``/``v`` are ``(n_layers, num_blocks, block_size, n_kv_heads, head_di
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable, Iterable
 
 import torch
 
-from kernels.paged_attention import copy_blocks
+from kernels.dispatch import CopyBlocks
+from kernels.paged_attention import copy_blocks as reference_copy_blocks
 
 SeqId = Hashable
 
@@ -68,11 +70,13 @@ class PagedKVCache:
         head_dim: int,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        copy_blocks: CopyBlocks = reference_copy_blocks,  # the kernel set's, on CUDA
     ):
         shape = (n_layers, num_blocks, block_size, n_kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.block_size = block_size
+        self.copy_blocks = copy_blocks
         self.allocator = BlockAllocator(num_blocks)
         self.tables: dict[SeqId, list[int]] = {}
         self.lengths: dict[SeqId, int] = {}
@@ -93,6 +97,11 @@ class PagedKVCache:
         """Flat slot of token ``position`` of ``seq``."""
         block = self.tables[seq][position // self.block_size]
         return block * self.block_size + position % self.block_size
+
+    def slots(self, seq: SeqId, start: int, n: int) -> list[int]:
+        """Flat slots of tokens ``start .. start + n - 1`` of ``seq``."""
+        table, bs = self.tables[seq], self.block_size
+        return [table[p // bs] * bs + p % bs for p in range(start, start + n)]
 
     def block_tables(self, seqs: Iterable[SeqId]) -> torch.Tensor:
         """``(B, max_blocks)`` int64, padded with -1."""
@@ -137,7 +146,7 @@ class PagedKVCache:
         for _ in range(new_blocks):
             table.append(self.allocator.allocate())
         self.lengths[seq] = length + n_tokens
-        return [self.slot(seq, p) for p in range(length, length + n_tokens)]
+        return self.slots(seq, length, n_tokens)
 
     def fork(self, parent: SeqId, child: SeqId) -> SeqId:
         """New sequence ``child`` sharing all of ``parent``'s blocks (its whole prefix)."""
@@ -168,7 +177,7 @@ class PagedKVCache:
         ``offsets`` must be increasing, so every move goes to an earlier (or the same) slot.
         The moved-into blocks were written this step, hence private (copied on write).
         """
-        if any(b <= a for a, b in zip(offsets, offsets[1:], strict=False)) or (
+        if any(b <= a for a, b in itertools.pairwise(offsets)) or (
             offsets and (offsets[0] < 0 or start + offsets[-1] >= self.lengths[seq])
         ):
             raise ValueError(f"offsets must increase within {seq!r}'s new tokens: {offsets}")
@@ -195,6 +204,6 @@ class PagedKVCache:
         src = torch.tensor([old], device=self.k.device)
         dst = torch.tensor([new], device=self.k.device)
         for layer in range(self.n_layers):
-            copy_blocks(self.k[layer], self.v[layer], src, dst)
+            self.copy_blocks(self.k[layer], self.v[layer], src, dst)
         self.allocator.decref(old)
         table[-1] = new

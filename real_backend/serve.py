@@ -15,7 +15,12 @@ from real_backend.model.transformer import Transformer
 from real_backend.prompts import request_prompts
 from workbench.errors import WorkbenchError
 from workbench.records import RunRecords
-from workbench.scenario.decoders import SpeculativeDecoderConfig
+from workbench.scenario.decoders import (
+    DecoderConfig,
+    SamplingConfig,
+    SpeculativeDecoderConfig,
+    VanillaDecoderConfig,
+)
 from workbench.scenario.scenario import Scenario
 from workbench.scenario.system import ContinuousBatchingConfig
 from workbench.scheduling.blocks import blocks_for
@@ -49,7 +54,7 @@ def serve_scenario(scenario: Scenario, progress=None) -> RunRecords:
     )
     cache = model.new_cache(num_blocks, scenario.scheduler.kv_cache.block_size)
     options = ServeOptions(
-        sampling=scenario.decoder,
+        sampling=sampling_of(scenario.decoder),
         seed=scenario.seed,
         eos_token_id=eos,
         ignore_eos=scenario.workload.ignore_eos,
@@ -74,6 +79,11 @@ def checkpoint_folder(scenario: Scenario) -> Path:
             field="model",
         )
     return path if path.is_dir() else path.parent
+
+
+def sampling_of(decoder: DecoderConfig) -> SamplingConfig:
+    """How prefill emissions pick tokens: the decoder's sampling, greedy for lookahead."""
+    return decoder if isinstance(decoder, SamplingConfig) else VanillaDecoderConfig(kind="vanilla")
 
 
 def draft_folder(scenario: Scenario) -> Path | None:

@@ -1,38 +1,9 @@
-"""Acceptance rules of speculative verification: greedy chain, greedy tree, rejection sampling."""
+"""Rejection sampling, the acceptance rule of speculative sampling (greedy verification is
+the `greedy_verify` kernel, `kernels/verification.py`)."""
 
 from __future__ import annotations
 
 import torch
-
-
-def accept_greedy_chain(target_argmax: list[int], drafted: list[int]) -> int:
-    """Accepted drafted tokens. `target_argmax[i]` is the target's choice after the root and
-    drafted[:i]; keep d_i while it is exactly what greedy decoding would have emitted."""
-    accepted = 0
-    for choice, token in zip(target_argmax, drafted, strict=False):
-        if choice != token:
-            break
-        accepted += 1
-    return accepted
-
-
-def accept_greedy_tree(
-    target_argmax: list[int], tokens: list[int], parents: list[int]
-) -> list[int]:
-    """The accepted path as node indices (root 0 excluded), root downward.
-
-    Node j > 0 holds `tokens[j]` under `parents[j]`. From the root, step to the child whose
-    token is the target's greedy choice at the current node (siblings are distinct tokens).
-    """
-    children: dict[int, dict[int, int]] = {}
-    for j in range(1, len(tokens)):
-        children.setdefault(parents[j], {}).setdefault(tokens[j], j)  # first sibling wins
-    path: list[int] = []
-    node = 0
-    while (child := children.get(node, {}).get(target_argmax[node])) is not None:
-        path.append(child)
-        node = child
-    return path
 
 
 def accept_rejection_sampling(

@@ -45,6 +45,7 @@ def load_draft(folder: Path, target: Transformer) -> Transformer:
     """The draft on the target's device and dtype; it must share the target's vocabulary."""
     weight = target.embed_tokens.weight
     draft = load_checkpoint(folder, weight.dtype, weight.device)
+    draft.use_kernels(target.kernel_choice)
     if draft.args.vocab_size != target.args.vocab_size:
         raise WorkbenchError(
             f"the draft in {folder} has a vocabulary of {draft.args.vocab_size} tokens, the target "

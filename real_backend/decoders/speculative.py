@@ -12,12 +12,9 @@ import math
 from collections import deque
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
-from real_backend.decoders.acceptance import (
-    accept_greedy_chain,
-    accept_greedy_tree,
-    accept_rejection_sampling,
-)
+from real_backend.decoders.acceptance import accept_rejection_sampling
 from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest
 from real_backend.decoders.drafter import Draft, Drafter
 from real_backend.kv_cache import PagedKVCache
@@ -53,9 +50,14 @@ class SpeculativeDecoder(Decoder):
         ]
         contexts = [self.cache.length(r.request_id) for r in batch]
         logits = self.model.step(self.cache, steps)  # each (1 + n_b, V)
+        if self.config.temperature > 0:
+            decisions = [
+                self._accept_sampled(*args) for args in zip(batch, drafts, logits, strict=True)
+            ]
+        else:
+            decisions = self._accept_greedy(drafts, logits)
         outcome = DecodeOutcome(emitted=[])
-        for r, draft, ctx, rows in zip(batch, drafts, contexts, logits, strict=True):
-            path, bonus = self._accept(r, draft, rows)
+        for r, draft, ctx, (path, bonus) in zip(batch, drafts, contexts, decisions, strict=True):
             self.cache.keep(r.request_id, ctx, [0, *(j + 1 for j in path)])
             self.drafter.rollback(r.request_id, self._draft_valid(r, draft, path))
             outcome.emitted.append([*(draft.tokens[j] for j in path), bonus])
@@ -93,26 +95,39 @@ class SpeculativeDecoder(Decoder):
 
     # ------------------------------------------------------------------ verification
 
-    def _accept(
+    def _accept_greedy(
+        self, drafts: list[Draft], logits: list[torch.Tensor]
+    ) -> list[tuple[list[int], int]]:
+        """Per sequence (accepted node indices, the target's next token), for the whole batch
+        in one verification kernel: a drafted token is accepted while it is the target's
+        argmax after its parent, i.e. what greedy decoding would emit there."""
+        padded = pad_sequence(logits, batch_first=True)  # (B, T, V)
+        B, T = padded.shape[:2]
+        tokens = torch.zeros(B, max(T - 1, 1), dtype=torch.long)  # (B, T-1) drafted tokens
+        parents = torch.zeros(B, T, dtype=torch.long)  # (B, T) node j's parent node
+        for b, d in enumerate(drafts):
+            tokens[b, : len(d.tokens)] = torch.tensor(d.tokens, dtype=torch.long)
+            parents[b, 1 : 1 + len(d.parents)] = torch.tensor(d.parents, dtype=torch.long) + 1
+        lens = torch.tensor([len(d.tokens) for d in drafts])
+        device = padded.device
+        _, bonus, path = self.model.kernel_set().greedy_verify(
+            padded, tokens.to(device), lens.to(device), parents.to(device)
+        )
+        return [
+            ([j - 1 for j in nodes[1:] if j > 0], token)
+            for nodes, token in zip(path.tolist(), bonus.tolist(), strict=True)
+        ]
+
+    def _accept_sampled(
         self,
         r: DecodeRequest,
         draft: Draft,
         logits: torch.Tensor,  # (1 + n, V)
     ) -> tuple[list[int], int]:
-        """(accepted node indices, the target's next token)."""
-        if self.config.temperature > 0:
-            p = token_probs(logits, self.config)  # (1 + n, V)
-            n, token = accept_rejection_sampling(p, draft.probs, draft.tokens, r.generator)
-            return list(range(n)), token
-        choice = logits.argmax(-1).tolist()  # the target's greedy token after each node
-        if self.config.tree is None:
-            n = accept_greedy_chain(choice, draft.tokens)
-            return list(range(n)), choice[n]
-        path = accept_greedy_tree(
-            choice, [r.tokens[-1], *draft.tokens], [-1, *(p + 1 for p in draft.parents)]
-        )
-        path = [j - 1 for j in path]
-        return path, choice[path[-1] + 1 if path else 0]
+        """Rejection sampling over a drafted chain (see `accept_rejection_sampling`)."""
+        p = token_probs(logits, self.config)  # (1 + n, V)
+        n, token = accept_rejection_sampling(p, draft.probs, draft.tokens, r.generator)
+        return list(range(n)), token
 
     def _draft_valid(self, r: DecodeRequest, draft: Draft, path: list[int]) -> int:
         """Draft-cache tokens still right: the old tokens plus the accepted drafted tokens the

@@ -22,7 +22,7 @@ class AttentionMeta:
     block_tables: torch.Tensor  # (B, max_blocks) int64
     context_lens: torch.Tensor  # (B,) cached tokens before the step
     new_lens: torch.Tensor  # (B,) new tokens in the step
-    tree_mask: torch.Tensor  # (B, Q, Q) bool, [b, i, j]: new token i sees new token j
+    tree_mask: torch.Tensor | None  # (B, Q, Q) bool, [b, i, j]: new i sees new j; None: causal
     kernels: KernelSet  # the implementation of the cache write and the attention
 
 

@@ -92,8 +92,9 @@ class Transformer(nn.Module):
         w = self.embed_tokens.weight
         a = self.args
         return PagedKVCache(
-            a.n_layers, num_blocks, block_size, a.n_kv_heads, a.head_dim, w.dtype, w.device
-        )
+            a.n_layers, num_blocks, block_size, a.n_kv_heads, a.head_dim, w.dtype, w.device,
+            copy_blocks=self.kernel_set().copy_blocks,
+        )  # fmt: skip
 
     def forward(
         self,
@@ -110,6 +111,17 @@ class Transformer(nn.Module):
         if logit_index is not None:  # only these rows emit: skip the LM head elsewhere
             x = x[torch.arange(x.shape[0], device=x.device), logit_index].unsqueeze(1)
         return self.lm_head(self.norm(x))
+
+    def _reserve(self, cache: PagedKVCache, seq: Hashable, n: int) -> int:
+        """Start `seq` in the cache if new, reserve `n` slots; return its prior length."""
+        if seq not in cache.tables:
+            cache.allocate(seq)
+        ctx = cache.length(seq)
+        window = self.args.sliding_window
+        if window is not None and ctx + n > window:
+            raise ValueError(f"{seq!r}: {ctx + n} tokens exceed the sliding window {window}")
+        cache.append_slots(seq, n)
+        return ctx
 
     def fuse(self) -> None:
         """Fuse q/k/v and gate/up projections for inference (fewer, larger matmuls)."""
@@ -129,38 +141,38 @@ class Transformer(nn.Module):
         """
         device = self.embed_tokens.weight.device
         B, Q = len(plan), max(len(s.tokens) for s in plan)
-        tokens = torch.zeros(B, Q, dtype=torch.long)
-        positions = torch.zeros(B, Q, dtype=torch.long)
-        slot_mapping = torch.full((B, Q), -1, dtype=torch.long)
-        tree_mask = torch.zeros(B, Q, Q, dtype=torch.bool)
-        context_lens = torch.zeros(B, dtype=torch.long)
-        new_lens = torch.zeros(B, dtype=torch.long)
+        tokens, positions, slots = [], [], []  # (B, Q) each, padded, as Python lists
+        contexts, lengths = [], []
+        tree_mask = None  # (B, Q, Q) once some sequence is not a causal chain
         for b, s in enumerate(plan):
             n = len(s.tokens)
-            mask = step_mask(s)
-            if s.seq not in cache.tables:
-                cache.allocate(s.seq)
-            ctx = cache.length(s.seq)
-            window = self.args.sliding_window
-            if window is not None and ctx + n > window:
-                raise ValueError(f"{s.seq!r}: {ctx + n} tokens exceed the sliding window {window}")
-            slots = cache.append_slots(s.seq, n)
-            tokens[b, :n] = torch.as_tensor(list(s.tokens), dtype=torch.long)
-            positions[b, :n] = ctx + mask.sum(-1) - 1  # depth = visible new tokens minus self
-            slot_mapping[b, :n] = torch.as_tensor(slots, dtype=torch.long)
-            tree_mask[b, :n, :n] = mask
-            context_lens[b], new_lens[b] = ctx, n
+            ctx = self._reserve(cache, s.seq, n)
+            pad = [0] * (Q - n)
+            if s.parents is None and s.mask is None:  # a causal chain: the default mask
+                positions.append([*range(ctx, ctx + n), *pad])
+            else:
+                mask = step_mask(s)
+                if tree_mask is None:
+                    tree_mask = torch.ones(Q, Q, dtype=torch.bool).tril().repeat(B, 1, 1)
+                tree_mask[b, :n, :n] = mask
+                positions.append([*(ctx + mask.sum(-1) - 1).tolist(), *pad])  # depth in tree
+            tokens.append([*s.tokens, *pad])
+            slots.append([*cache.slots(s.seq, ctx, n), *[-1] * (Q - n)])
+            contexts.append(ctx)
+            lengths.append(n)
+        new_lens = torch.tensor(lengths)
         meta = AttentionMeta(
-            slot_mapping=slot_mapping.flatten().to(device),
+            slot_mapping=torch.tensor(slots).flatten().to(device),
             block_tables=cache.block_tables([s.seq for s in plan]),
-            context_lens=context_lens.to(device),
+            context_lens=torch.tensor(contexts).to(device),
             new_lens=new_lens.to(device),
-            tree_mask=tree_mask.to(device),
+            tree_mask=None if tree_mask is None else tree_mask.to(device),
             kernels=self.kernel_set(),
         )
+        ids, pos = torch.tensor(tokens, device=device), torch.tensor(positions, device=device)
         if last_only:
             index = (new_lens - 1).to(device)
-            logits = self(tokens.to(device), positions.to(device), cache, meta, index)  # (B, 1, V)
+            logits = self(ids, pos, cache, meta, index)  # (B, 1, V)
             return [logits[b].float() for b in range(B)]
-        logits = self(tokens.to(device), positions.to(device), cache, meta)  # (B, Q, V)
+        logits = self(ids, pos, cache, meta)  # (B, Q, V)
         return [logits[b, : len(s.tokens)].float() for b, s in enumerate(plan)]

@@ -209,6 +209,8 @@ DecoderConfig = Annotated[
 ]
 
 
-def lookahead_slots(decoder: VanillaDecoderConfig | SpeculativeDecoderConfig | LookaheadDecoderConfig) -> int:
+def lookahead_slots(
+    decoder: VanillaDecoderConfig | SpeculativeDecoderConfig | LookaheadDecoderConfig,
+) -> int:
     """KV slots a decode step writes beyond its one emitted token (0 for vanilla)."""
     return 0 if isinstance(decoder, VanillaDecoderConfig) else decoder.max_draft_tokens
