@@ -1,9 +1,21 @@
-"""Rejection sampling, the acceptance rule of speculative sampling (greedy verification is
-the `greedy_verify` kernel, `kernels/verification.py`)."""
+"""Acceptance rules: greedy over one chain (lookahead's candidates), and rejection sampling
+for speculative sampling. Batched greedy verification of drafts (chains and trees) is the
+`greedy_verify` kernel (`kernels/verification.py`)."""
 
 from __future__ import annotations
 
 import torch
+
+
+def accept_greedy_chain(target_argmax: list[int], drafted: list[int]) -> int:
+    """Accepted drafted tokens. `target_argmax[i]` is the target's choice after the root and
+    drafted[:i]; keep d_i while it is exactly what greedy decoding would have emitted."""
+    accepted = 0
+    for choice, token in zip(target_argmax, drafted, strict=False):
+        if choice != token:
+            break
+        accepted += 1
+    return accepted
 
 
 def accept_rejection_sampling(
