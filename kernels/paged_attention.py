@@ -21,6 +21,7 @@ Layout (chosen for a simple kernel grid over batch x heads x query tiles):
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 __all__ = ["copy_blocks", "paged_tree_attention", "write_kv"]
 
@@ -70,46 +71,42 @@ def paged_tree_attention(
     scale: float,
 ) -> torch.Tensor:  # (B, Q, nh, hd), zeros on padded rows
     """Attention of each new token over its sequence's cached context and visible new tokens."""
-    B, Q, nh, hd = q.shape
-    _, block_size, n_kv, _ = k_cache.shape
+    B, Q, nh, _ = q.shape
+    n_kv = k_cache.shape[2]
     assert nh % n_kv == 0, "n_heads must be a multiple of n_kv_heads"
     device = q.device
-    context_lens = context_lens.to(device=device, dtype=torch.long)
-    new_lens = new_lens.to(device=device, dtype=torch.long)
-    if tree_mask is None:
-        tree_mask = causal_mask(B, Q, device)
-    total = context_lens + new_lens  # (B,)
-    L = max(int(total.max().item()) if B else 0, 1)
+    ctx = context_lens.to(device=device, dtype=torch.long)[:, None, None]  # (B, 1, 1)
+    new = new_lens.to(device=device, dtype=torch.long)[:, None, None]  # (B, 1, 1)
 
-    # Gather every sequence's keys/values for positions 0..L-1 through its block table.
-    pos = torch.arange(L, device=device)  # (L,)
-    max_blocks = block_tables.shape[1]
-    block_idx = (pos // block_size).clamp(max=max_blocks - 1)  # (L,)
-    blocks = block_tables.to(device=device, dtype=torch.long)[:, block_idx].clamp(min=0)  # (B, L)
-    slots = blocks * block_size + pos % block_size  # (B, L)
-    k = k_cache.view(-1, n_kv, hd)[slots]  # (B, L, n_kv, hd)
-    v = v_cache.view(-1, n_kv, hd)[slots]  # (B, L, n_kv, hd)
+    # Gather every sequence's blocks whole: keys/values of positions 0..L-1, L = the table's
+    # width in tokens (positions past a sequence's end are masked below).
+    tables = block_tables.to(device=device, dtype=torch.long).clamp(min=0)  # (B, max_blocks)
+    k = k_cache[tables].flatten(1, 2)  # (B, L, n_kv, hd)
+    v = v_cache[tables].flatten(1, 2)  # (B, L, n_kv, hd)
+    L = k.shape[1]
 
     # Visibility (B, Q, L): the whole context, then the new tokens through the tree mask.
-    ctx = context_lens[:, None, None]  # (B, 1, 1)
-    key_pos = pos[None, None, :]  # (1, 1, L)
-    new_j = (key_pos - ctx).clamp(0, Q - 1).expand(B, Q, L)  # (B, Q, L) index among new tokens
-    in_tree = torch.gather(tree_mask.to(device=device, dtype=torch.bool), 2, new_j)  # (B, Q, L)
-    is_new = (key_pos >= ctx) & (key_pos < total[:, None, None])  # (B, 1, L)
-    visible = (key_pos < ctx) | (is_new & in_tree)  # (B, Q, L)
-    row_valid = torch.arange(Q, device=device)[None, :] < new_lens[:, None]  # (B, Q)
+    rel = torch.arange(L, device=device)[None, None, :] - ctx  # (B, 1, L) index among new
+    row = torch.arange(Q, device=device)[None, :, None]  # (1, Q, 1)
+    if tree_mask is None:
+        in_tree = rel <= row  # (B, Q, L) causal
+    else:
+        new_j = rel.clamp(0, Q - 1).expand(B, Q, L)  # (B, Q, L)
+        in_tree = torch.gather(tree_mask.to(device=device, dtype=torch.bool), 2, new_j)
+    visible = (rel < 0) | ((rel < new) & in_tree)  # (B, Q, L)
+    row_valid = (row < new)[..., 0]  # (B, Q)
     visible = visible & row_valid[:, :, None]
 
-    # Grouped-query attention without copying K/V: query head h = kv * group + g uses kv head
-    # `kv`, so the group's query heads are folded into the query axis of that kv head.
-    group = nh // n_kv
-    qg = q.view(B, Q, n_kv, group, hd).permute(0, 2, 3, 1, 4).reshape(B, n_kv, group * Q, hd)
-    k = k.transpose(1, 2).float()  # (B, n_kv, L, hd)
-    v = v.transpose(1, 2).float()  # (B, n_kv, L, hd)
-    scores = (qg.float() @ k.transpose(-1, -2)) * scale  # (B, n_kv, group*Q, L)
-    mask = visible[:, None, None].expand(B, 1, group, Q, L).reshape(B, 1, group * Q, L)
-    scores = scores.masked_fill(~mask, float("-inf"))
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows with nothing visible -> 0
-    out = probs @ v  # (B, n_kv, group*Q, hd)
-    out = out.view(B, n_kv, group, Q, hd).permute(0, 3, 1, 2, 4)  # (B, Q, n_kv, group, hd)
-    return out.reshape(B, Q, nh, hd).to(q.dtype)  # (B, Q, nh, hd)
+    # Grouped-query attention without copying K/V (`enable_gqa`: query head h reads kv head
+    # h // group), in fp32 whatever the cache dtype. Rows with nothing visible (padding) come
+    # out NaN from the softmax and are zeroed.
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2).float(),  # (B, nh, Q, hd)
+        k.transpose(1, 2).float(),  # (B, n_kv, L, hd)
+        v.transpose(1, 2).float(),  # (B, n_kv, L, hd)
+        attn_mask=visible[:, None],  # (B, 1, Q, L)
+        scale=scale,
+        enable_gqa=True,
+    )  # (B, nh, Q, hd)
+    out = torch.where(row_valid[:, None, :, None], out, 0.0)
+    return out.transpose(1, 2).to(q.dtype)  # (B, Q, nh, hd)

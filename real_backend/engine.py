@@ -35,6 +35,8 @@ class ServeOptions:
     seed: int
     eos_token_id: int | None
     ignore_eos: bool = True
+    # More stop tokens (`workload.stop_texts`): a token in here ends a response like EOS.
+    stop_token_ids: frozenset[int] = frozenset()
 
 
 # The runner pads a step's sequences to its longest; grouping prefill chunks of similar
@@ -74,6 +76,7 @@ class RealEngine:
         self.clock = clock
         self.tokens: dict[int, list[int]] = {}  # request id → prompt + emitted token ids
         self.generators: dict[int, torch.Generator] = {}
+        self.finished: set[int] = set()  # request ids done (static batches keep their slots)
 
     def serve(
         self,
@@ -130,7 +133,10 @@ class RealEngine:
         self.generators[request_id] = request_generator(self.options.seed, request_id)
         self.recorder.arrival_s[request_id] = arrival_s
         self.recorder.replica[request_id] = 0
-        seq = Sequence(request_id, arrival_s, len(prompt), int(w.output_tokens[request_id]))
+        predicted = None if w.predicted_tokens is None else int(w.predicted_tokens[request_id])
+        seq = Sequence(
+            request_id, arrival_s, len(prompt), int(w.output_tokens[request_id]), predicted
+        )
         self.policy.add(seq, arrival_s)
 
     def _wait_for_work(self) -> None:
@@ -145,10 +151,8 @@ class RealEngine:
     # ------------------------------------------------------------------ one step
 
     def _run(self, plan: StepPlan) -> None:
-        for seq in plan.preempted:  # recompute preemption: the KV goes, the tokens stay
-            self.cache.free(seq.request_id)
-            self.decoder.release(seq.request_id)
-            self.recorder.close_span(seq, 0, plan.step - 1)
+        for seq in plan.preempted:
+            self._evict(seq, plan.step)
         started_s = self._now()
         # Prompt tokens really computed (a static plan counts padding; the engine runs real ones).
         prefill_tokens = sum(len(self._chunk_ids(c)) for c in plan.prefills)
@@ -166,16 +170,33 @@ class RealEngine:
         for seq in result.finished:
             self._finish(seq, ended_s)
 
+    def _evict(self, seq: Sequence, step: int) -> None:
+        """Preemption: the KV goes; the tokens the policy still counts as generated stay.
+
+        Recompute preemption keeps them all. A restart from zero (an FCR failure of sequence
+        scheduling) keeps none: the tokens go back to the prompt and the request's sampling
+        stream starts over, so its output never depends on how it was scheduled.
+        """
+        rid = seq.request_id
+        if rid in self.cache.tables:
+            self.cache.free(rid)
+        self.decoder.release(rid)
+        self.recorder.close_span(seq, 0, step - 1)
+        del self.tokens[rid][len(self._prompts[rid]) + seq.generated :]
+        if seq.generated == 0:
+            self.generators[rid] = request_generator(self.options.seed, rid)
+
     def _forward(self, plan: StepPlan) -> tuple[dict[int, list[int]], DecodeOutcome | None]:
         """Run the plan: the decoder's step for the decodes, prefill chunks in padded groups."""
         emitted: dict[int, list[int]] = {}
         outcome = None
-        decodes = self.policy.decode_sequences()
+        # A static batch keeps finished members as padding slots; the runner computes only
+        # the live ones (the plan and the step records still count every slot).
+        decodes = [s for s in self.policy.decode_sequences() if s.request_id not in self.finished]
         if decodes:
             outcome = self.decoder.decode([self._decode_request(s) for s in decodes])
             for seq, tokens in zip(decodes, outcome.emitted, strict=True):
-                if self._remaining(seq) > 0:  # static batching pads finished slots
-                    emitted[seq.request_id] = tokens
+                emitted[seq.request_id] = tokens
         for group in prefill_groups(plan.prefills):
             steps = [SeqStep(c.seq.request_id, self._chunk_ids(c)) for c in group]
             for chunk, logits in zip(group, self.model.step(self.cache, steps, True), strict=True):
@@ -212,14 +233,16 @@ class RealEngine:
         return next_token(logits, self.options.sampling, self.generators[request_id])
 
     def _stop_at_eos(self, emitted: dict[int, list[int]]) -> set[int]:
-        """Cut each emission after an EOS; return the requests that emitted one."""
+        """Cut each emission after an EOS (or stop token); return the requests that emitted one."""
         eos = self.options.eos_token_id
-        if self.options.ignore_eos or eos is None:
+        stops = self.options.stop_token_ids | ({eos} if eos is not None else set())
+        if self.options.ignore_eos or not stops:
             return set()
         stopped = set()
         for rid, tokens in emitted.items():
-            if eos in tokens:
-                del tokens[tokens.index(eos) + 1 :]
+            end = next((i for i, token in enumerate(tokens) if token in stops), None)
+            if end is not None:
+                del tokens[end + 1 :]
                 stopped.add(rid)
         return stopped
 
@@ -228,6 +251,7 @@ class RealEngine:
         rec.finish_s[seq.request_id] = now_s
         rec.output_tokens[seq.request_id] = seq.generated
         rec.preemptions[seq.request_id] = seq.preemptions
+        self.finished.add(seq.request_id)
         self.recorder.close_span(seq, 0, self.policy.step - 1)
         if seq.request_id in self.cache.tables:
             self.cache.free(seq.request_id)

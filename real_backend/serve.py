@@ -22,9 +22,12 @@ from workbench.scenario.decoders import (
     VanillaDecoderConfig,
 )
 from workbench.scenario.scenario import Scenario
-from workbench.scenario.system import ContinuousBatchingConfig
+from workbench.scenario.seqsched import SequenceSchedulingConfig
+from workbench.scenario.system import ContinuousBatchingConfig, SchedulerConfig
 from workbench.scheduling.blocks import blocks_for
 from workbench.scheduling.factory import build_policy, check_feasible
+from workbench.scheduling.length_predictors import with_predictions
+from workbench.scheduling.seqsched_rules import VBS_BATCH_SIZES
 from workbench.workload.generate import workload_for
 from workbench.workload.requests import Workload
 
@@ -40,8 +43,9 @@ def serve_scenario(scenario: Scenario, progress=None) -> RunRecords:
     device = pick_device(scenario.hardware.gpu)
     model = load_checkpoint(folder, dtype_of(scenario.model.dtype), device)
     kernels = use_kernels(model, scenario.model.kernels)
-    eos = _eos_token_id(folder)
+    eos = eos_token_id(folder)
     workload = workload_for(scenario)
+    workload = with_predictions(workload, scenario.scheduler, scenario.seed, folder)
     prompts = request_prompts(workload, model.args.vocab_size, scenario.seed, eos)
     num_blocks = real_kv_blocks(scenario, workload)
     lengths = workload.prompt_tokens + workload.output_tokens
@@ -58,6 +62,7 @@ def serve_scenario(scenario: Scenario, progress=None) -> RunRecords:
         seed=scenario.seed,
         eos_token_id=eos,
         ignore_eos=scenario.workload.ignore_eos,
+        stop_token_ids=stop_token_ids(folder, scenario.workload.stop_texts),
     )
     decoder = build_decoder(scenario.decoder, model, cache, draft_folder(scenario))
     policy = build_policy(scenario.scheduler, num_blocks, decoder.lookahead_slots)
@@ -131,15 +136,43 @@ def real_kv_blocks(scenario: Scenario, workload: Workload) -> int:
     sched = scenario.scheduler
     if sched.kv_cache.num_blocks is not None:
         return sched.kv_cache.num_blocks
-    batch = (
-        sched.max_batch_size if isinstance(sched, ContinuousBatchingConfig) else sched.batch_size
-    )
+    batch = largest_batch(sched)
     longest = int((workload.prompt_tokens + workload.output_tokens).max())
     # 2% over the need: continuous batching keeps a 1% admission watermark.
     return int(batch * blocks_for(longest, sched.kv_cache.block_size) * 1.02) + 1
 
 
-def _eos_token_id(folder: Path) -> int | None:
+def largest_batch(sched: SchedulerConfig) -> int:
+    """The most sequences a batch of this scheduler can hold."""
+    if isinstance(sched, ContinuousBatchingConfig):
+        return sched.max_batch_size
+    if isinstance(sched, SequenceSchedulingConfig):  # VBS batches short buckets bigger
+        vbs = max(VBS_BATCH_SIZES.values()) if sched.vbs else 0
+        return min(sched.group_size, max(vbs, sched.batch_size))
+    return sched.batch_size
+
+
+def stop_token_ids(folder: Path, texts: list[str]) -> frozenset[int]:
+    """Every token of the model's vocabulary whose text contains one of `texts`."""
+    if not texts:
+        return frozenset()
+    from workbench.workload.prompt_tokenizer import load_prompt_tokenizer
+
+    tokenizer = load_prompt_tokenizer(folder, field="workload.stop_texts").tokenizer
+    found = frozenset(
+        i
+        for i in range(tokenizer.get_vocab_size())
+        if any(text in tokenizer.decode([i], skip_special_tokens=False) for text in texts)
+    )
+    if not found:
+        raise WorkbenchError(
+            f"no token of the model's vocabulary contains any of {texts!r}",
+            field="workload.stop_texts",
+        )
+    return found
+
+
+def eos_token_id(folder: Path) -> int | None:
     config = json.loads((folder / "config.json").read_text())
     eos = config.get("eos_token_id")
     return eos[0] if isinstance(eos, list) else eos

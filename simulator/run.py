@@ -49,19 +49,22 @@ def simulate(
 ) -> RunRecords:
     """store: the results database, for a decoder calibrated from a stored run."""
     workload = workload if workload is not None else workload_for(scenario)
-    workload = with_predictions(workload, scenario.scheduler, scenario.seed)
+    path = scenario.model.config_path  # a learned length predictor reads prompts with it
+    checkpoint = None if path is None else (path if path.is_dir() else path.parent)
+    workload = with_predictions(workload, scenario.scheduler, scenario.seed, checkpoint)
     num_blocks = replica_kv_blocks(scenario)
+    slots = lookahead_slots(scenario.decoder)
     check_feasible(
         scenario.scheduler,
         num_blocks,
         int(workload.prompt_tokens.max()),
         int((workload.prompt_tokens + workload.output_tokens).max()),
         source=None,
+        lookahead_slots=slots,
     )
     replicas = scenario.hardware.replicas
     cost_model = build_cost_model(scenario)  # stateless: shared by the replicas
     steppers, decoder_info = build_steppers(scenario, replicas, store)
-    slots = lookahead_slots(scenario.decoder)
     sim = Simulation(
         workload,
         [build_policy(scenario.scheduler, num_blocks, slots) for _ in range(replicas)],

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+PROMPTS = Path(__file__).resolve().parent.parent / "data" / "prompts"
+
 
 @pytest.fixture(scope="session")
 def tiny_zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -17,3 +19,18 @@ def tiny_zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("zoo")
     build("tiny", cache_dir=folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_predictor(tiny_zoo: Path) -> Path:
+    """A length predictor for the zoo `tiny`, trained small and quick, in its default folder
+    (`<zoo>/tiny/length_predictor`, where `{kind: learned}` finds it), once per session."""
+    from workbench.cli import main
+
+    code = main(
+        ["predictor", "train", "--model-zoo", "tiny", "--zoo-dir", str(tiny_zoo),
+         "--prompts", str(PROMPTS / "mt_bench.jsonl"), "--code-snippets", "40",
+         "--max-new", "64", "--json"]
+    )  # fmt: skip
+    assert code == 0
+    return tiny_zoo / "tiny" / "length_predictor"

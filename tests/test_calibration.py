@@ -103,15 +103,11 @@ def test_cli_threads_the_database_to_the_simulator(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_simulation_reproduces_a_real_speculative_run(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    from real_backend.zoo.build import is_built
+def test_simulation_reproduces_a_real_speculative_run(tmp_path: Path, tiny_zoo: Path) -> None:
     from workbench.cli import main
 
-    if not is_built("tiny"):
-        pytest.skip("the zoo model `tiny` is not built (workbench zoo build tiny)")
-    db, scenario = str(tmp_path / "r.duckdb"), str(SCENARIOS / "specbench_real.yaml")
-    decoder = ["--set", "decoder={kind: speculative, num_speculative_tokens: 4}", "--no-progress"]
+    db, scenario = str(tmp_path / "r.duckdb"), str(SCENARIOS / "speculative_real.yaml")
+    decoder = ["--set", f"model.zoo_dir={tiny_zoo}", "--no-progress"]
     real_run = ["--set", "workload.num_requests=16"]
     assert main(["run", scenario, "--db", db, *decoder, *real_run]) == 0
     with ResultsStore.open(db, read_only=True) as store:

@@ -4,7 +4,6 @@ bit-for-bit agreement of `decode_span_s` with `step_time_s` that bulk stepping r
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
@@ -141,12 +140,6 @@ def test_roofline_span_equals_steps_hypothesis(
 
 
 # ------------------------------------------------------------------ Vidur profiles
-
-
-def test_vidur_loads_fast() -> None:
-    start = time.perf_counter()
-    VidurProfileCostModel(get_model("llama-2-70b"), vidur_config(), 2)
-    assert time.perf_counter() - start < 1.0
 
 
 def test_vidur_grid_point_equals_csv_numbers(vidur: VidurProfileCostModel) -> None:

@@ -86,7 +86,8 @@ def test_lookahead_runs_and_emits_its_histogram_mean() -> None:
     assert mean == pytest.approx(1.75, abs=0.05)  # counts 50/30/15/5 → 1 + 0.75
     steps = records.steps
     decoding = steps.decode_tokens > 0
-    assert (steps.drafted_tokens[decoding] == 30 * steps.decode_tokens[decoding]).all()
+    # Drafted: the G = 5 candidate 4-grams (3 tokens each), as the real decoder records them.
+    assert (steps.drafted_tokens[decoding] == 15 * steps.decode_tokens[decoding]).all()
 
 
 def test_speculative_tree_runs() -> None:
@@ -119,3 +120,15 @@ def test_a_draft_without_a_shape_names_decoder_draft() -> None:
 def test_calibration_without_a_store_names_the_field() -> None:
     with pytest.raises(WorkbenchError, match=r"decoder\.calibrate_from"):
         simulate(speculative("decoder.calibrate_from=abc"))
+
+
+def test_a_request_that_cannot_hold_its_lookahead_slots_is_refused() -> None:
+    # 100 blocks of 16: 99 usable; the longest request fits alone but not with 29 more slots.
+    scenario = lookahead(
+        "workload.num_requests=3", "scheduler.kv_cache.num_blocks=100",
+        "workload.lengths_from_trace=null",
+        "workload.prompt_tokens={kind: fixed, value: 1000}",
+        "workload.output_tokens={kind: fixed, value: 570}",
+    )  # fmt: skip
+    with pytest.raises(WorkbenchError, match=r"scheduler\.kv_cache: .*\+29 lookahead slots"):
+        simulate(scenario)

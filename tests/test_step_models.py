@@ -87,7 +87,8 @@ def test_lookahead_computes_its_whole_window_and_accepts_at_most_n_minus_1() -> 
     )  # fmt: skip
     model = lookahead_step_model(cfg)
     assert model.acceptance.max_accepted == 2
-    assert model.extra_tokens(np.array([0, 1, 7])).tolist() == [10, 10, 10]
+    assert model.extra_tokens(np.array([0, 1, 7])).tolist() == [9, 9, 9]  # 3·2 + 2·2 − 1
+    assert model.drafted_tokens(np.array([0, 7])).tolist() == [4, 4]  # the 2 candidate 3-grams
     assert not model.drafts_with_model
 
 

@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     from real_backend.zoo.cli import add_zoo_parser  # no torch until a build runs
 
     add_zoo_parser(sub)
+    from real_backend.length_predictor.cli import add_predictor_parser  # no torch until it runs
+
+    add_predictor_parser(sub)
     return parser
 
 

@@ -1,9 +1,9 @@
 """Metrics of multi-token decoders (speculative, lookahead), from the records alone.
 
 Both backends record per step `decode_tokens` (decoding sequences), `drafted_tokens`
-(tokens the target computed for them beyond one each: drafted tokens to verify, or a
-lookahead step's window and candidates) and `accepted_tokens` (tokens they emitted beyond
-one each). Decode emissions (`workbench.decode_emissions`) give tokens per sequence-step.
+(tokens proposed for them to verify beyond one each: a draft's proposal, or a lookahead
+step's candidate n-grams) and `accepted_tokens` (tokens they emitted beyond one each).
+Decode emissions (`workbench.decode_emissions`) give tokens per sequence-step.
 
 - acceptance_rate: accepted / drafted tokens, over all steps.
 - mean_accepted_tokens: accepted tokens per decode sequence-step.
@@ -12,8 +12,10 @@ one each). Decode emissions (`workbench.decode_emissions`) give tokens per seque
 - step_compression_ratio: per completed request, decode tokens / decode steps (the vanilla
   steps its tokens would have taken per step taken; the lookahead paper's S), averaged over
   requests; mean_tokens_per_decode_step is the same ratio pooled over all sequence-steps.
-- extra_flops_share: target tokens computed for decodes (1 + drafted each) over tokens they
+- extra_flops_share: target tokens verified for decodes (1 + drafted each) over tokens they
   emitted, less 1: the share of decode compute (linear layers) spent on rejected tokens.
+  Lookahead's Jacobi window is computed too but not recorded (its cost is in the step
+  times): for lookahead this counts the verification branch only.
 - acceptance_at_position_i: P(accepted ≥ i | drafted ≥ i), from decode emissions of
   completed requests: a step drafts position i exactly when its room (output tokens still to
   emit, less one) is at least i, for a fixed k ≥ i. Positions 1 up to the longest accepted

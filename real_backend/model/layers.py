@@ -33,8 +33,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        h = F.rms_norm(x.float(), x.shape[-1:], eps=self.eps)  # x / rms(x), in fp32
         return self.weight * h.to(x.dtype)
 
 
@@ -97,11 +96,19 @@ class Attention(nn.Module):
         """One (q+2kv, D) matmul instead of three; q/k/v params become views (no copy)."""
         self.qkv = fuse_linears([self.q_proj, self.k_proj, self.v_proj])
 
-    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def project_qkv(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q (B, Q, nh, hd) and k (B, Q, n_kv, hd) with RoPE applied, v (B, Q, n_kv, hd)."""
+        B, Q, _ = x.shape
+        nh, n_kv, hd = self.n_heads, self.n_kv_heads, self.head_dim
         if self.qkv is None:
-            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q_dim, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        return F.linear(x, *self.qkv).split([q_dim, kv_dim, kv_dim], dim=-1)
+            q = apply_rope(self.q_proj(x).view(B, Q, nh, hd), cos, sin)
+            k = apply_rope(self.k_proj(x).view(B, Q, n_kv, hd), cos, sin)
+            return q, k, self.v_proj(x).view(B, Q, n_kv, hd)
+        qkv = F.linear(x, *self.qkv).view(B, Q, nh + 2 * n_kv, hd)  # (B, Q, heads, hd)
+        qk = apply_rope(qkv[:, :, : nh + n_kv], cos, sin)  # q and k heads rotated at once
+        return qk[:, :, :nh], qk[:, :, nh:], qkv[:, :, nh + n_kv :]
 
     def forward(
         self,
@@ -113,11 +120,7 @@ class Attention(nn.Module):
         meta: AttentionMeta,
     ) -> torch.Tensor:  # (B, Q, D)
         B, Q, _ = x.shape
-        q, k, v = self.project_qkv(x)
-        q = q.view(B, Q, self.n_heads, self.head_dim)  # (B, Q, nh, hd)
-        k = k.view(B, Q, self.n_kv_heads, self.head_dim)  # (B, Q, n_kv, hd)
-        v = v.view(B, Q, self.n_kv_heads, self.head_dim)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = self.project_qkv(x, cos, sin)  # (B, Q, nh | n_kv, hd)
         meta.kernels.write_kv(k_cache, v_cache, k.flatten(0, 1), v.flatten(0, 1), meta.slot_mapping)
         out = meta.kernels.paged_tree_attention(
             q,

@@ -10,6 +10,7 @@ position of token i is then the context length plus the number of other new toke
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -60,6 +61,12 @@ def step_mask(step: SeqStep) -> torch.Tensor:
     return tree_mask_from_parents(parents)
 
 
+@functools.lru_cache(maxsize=16)
+def _kernels_on(choice: KernelChoice, device: torch.device) -> KernelSet:
+    """`select_kernels`, looked up once per (choice, device) rather than once per step."""
+    return select_kernels(choice, device)
+
+
 class Transformer(nn.Module):
     """Llama-family decoder; parameter names follow Hugging Face's (without ``model.``)."""
 
@@ -85,7 +92,7 @@ class Transformer(nn.Module):
 
     def kernel_set(self) -> KernelSet:
         """The chosen kernel implementation on the model's current device."""
-        return select_kernels(self.kernel_choice, self.embed_tokens.weight.device)
+        return _kernels_on(self.kernel_choice, self.embed_tokens.weight.device)
 
     def new_cache(self, num_blocks: int, block_size: int = 16) -> PagedKVCache:
         """An empty paged cache shaped for this model, on its device and dtype."""
@@ -103,14 +110,17 @@ class Transformer(nn.Module):
         cache: PagedKVCache,
         meta: AttentionMeta,
         logit_index: torch.Tensor | None = None,  # (B,) the one position per row to score
+        lm_head: bool = True,  # False: final hidden states (after the norm), (B, Q, dim)
     ) -> torch.Tensor:  # (B, Q, vocab) logits, or (B, 1, vocab) with logit_index
         x = self.embed_tokens(tokens)  # (B, Q, D)
         cos, sin = rope_cos_sin(positions, self.inv_freq, x.dtype)  # (B, Q, hd)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, cache.k[i], cache.v[i], meta)
-        if logit_index is not None:  # only these rows emit: skip the LM head elsewhere
-            x = x[torch.arange(x.shape[0], device=x.device), logit_index].unsqueeze(1)
-        return self.lm_head(self.norm(x))
+        if logit_index is not None and x.shape[1] > 1:  # only these rows emit: skip the LM
+            x = x[torch.arange(x.shape[0], device=x.device), logit_index].unsqueeze(1)  # head
+
+        x = self.norm(x)
+        return self.lm_head(x) if lm_head else x
 
     def _reserve(self, cache: PagedKVCache, seq: Hashable, n: int) -> int:
         """Start `seq` in the cache if new, reserve `n` slots; return its prior length."""
@@ -139,6 +149,17 @@ class Transformer(nn.Module):
         A sequence not yet in the cache is started there. The new tokens stay in the cache:
         roll rejected ones back with ``cache.truncate``.
         """
+        return self._run_plan(cache, plan, last_only, lm_head=True)
+
+    @torch.inference_mode()
+    def hidden_states(self, cache: PagedKVCache, plan: Sequence[SeqStep]) -> list[torch.Tensor]:
+        """Like `step`, but each new token's final hidden state (after the final norm: the LM
+        head's input), (n_b, dim) each: the frozen model's own reading of its input."""
+        return self._run_plan(cache, plan, False, lm_head=False)
+
+    def _run_plan(
+        self, cache: PagedKVCache, plan: Sequence[SeqStep], last_only: bool, lm_head: bool
+    ) -> list[torch.Tensor]:
         device = self.embed_tokens.weight.device
         B, Q = len(plan), max(len(s.tokens) for s in plan)
         tokens, positions, slots = [], [], []  # (B, Q) each, padded, as Python lists
@@ -174,5 +195,5 @@ class Transformer(nn.Module):
             index = (new_lens - 1).to(device)
             logits = self(ids, pos, cache, meta, index)  # (B, 1, V)
             return [logits[b].float() for b in range(B)]
-        logits = self(ids, pos, cache, meta)  # (B, Q, V)
+        logits = self(ids, pos, cache, meta, None, lm_head)  # (B, Q, V), or (B, Q, dim)
         return [logits[b, : len(s.tokens)].float() for b, s in enumerate(plan)]

@@ -1,9 +1,11 @@
 """The lookahead decoder's step model (Jacobi iteration with an n-gram pool, no draft).
 
-Every step the target computes, per sequence, its last token plus the window's N−1 levels
-of W tokens and G candidate n-grams of N−1 tokens (`step_tokens`), whatever the sequence's
-room; a verified candidate adds up to N−1 tokens to the step's own one. How many it adds
-comes from `tokens_per_step` (a histogram, index = tokens beyond the first) or a real run.
+Every step the target computes, per sequence, the window's N−1 levels of W tokens (the last
+emitted token among them) and G candidate n-grams of N−1 tokens (`step_tokens`), whatever
+the sequence's room: `max_draft_tokens` beyond a vanilla step's one. A verified candidate
+adds up to N−1 tokens to the step's own one; how many comes from `tokens_per_step` (a
+histogram, index = tokens beyond the first) or a real run. As the real decoder does, the
+records count the candidates' G(N−1) tokens as drafted (the simulator assumes a full pool).
 """
 
 from __future__ import annotations
@@ -36,5 +38,6 @@ def lookahead_step_model(
             field="decoder.tokens_per_step",
         )
     acceptance = AcceptanceDistribution.histogram(counts, k)
-    extra = np.full(k + 1, cfg.step_tokens, dtype=np.int64)
-    return StepModel(acceptance, extra, drafts_with_model=False)
+    extra = np.full(k + 1, cfg.max_draft_tokens, dtype=np.int64)
+    drafted = cfg.candidates * (cfg.ngram - 1)
+    return StepModel(acceptance, extra, drafts_with_model=False, drafted_per_step=drafted)

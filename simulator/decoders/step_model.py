@@ -1,8 +1,10 @@
 """A decoder's step model: per decoding sequence, tokens computed and tokens emitted.
 
 `extra_tokens(caps)` says how many tokens the target computes for each sequence beyond the
-one a vanilla step computes (drafted tokens to verify, a lookahead window); `draw` how many
-it emits beyond the first. `caps` is each sequence's room: output tokens still to emit,
+one a vanilla step computes (drafted tokens to verify, a lookahead window), `drafted_tokens`
+how many of them the records count as drafted (as the real decoders do: a draft's proposal,
+lookahead's candidate n-grams but not its window), `draw` how many it emits beyond the
+first. `caps` is each sequence's room: output tokens still to emit,
 less the step's first; no sequence ever emits past its output length.
 """
 
@@ -23,11 +25,18 @@ class StepModel:
     extra_by_room: np.ndarray  # (K + 1,) int64
     drafts_with_model: bool  # a draft model proposes (its forwards cost time too)
     tree: bool = False  # the draft is a token tree: one draft forward per level
+    drafted_per_step: int | None = None  # recorded drafts per sequence; None: the extra tokens
 
     def extra_tokens(self, caps: np.ndarray) -> np.ndarray:
         """(b,) target tokens computed beyond one per sequence."""
         room = np.minimum(caps, len(self.extra_by_room) - 1)
         return self.extra_by_room[room]
+
+    def drafted_tokens(self, caps: np.ndarray) -> np.ndarray:
+        """(b,) tokens the records count as drafted per sequence."""
+        if self.drafted_per_step is None:
+            return self.extra_tokens(caps)
+        return np.full(len(caps), self.drafted_per_step, dtype=np.int64)
 
     def draft_forwards(self, caps: np.ndarray) -> np.ndarray:
         """(b,) sequential draft-model forwards per sequence (a chain: one per drafted token;

@@ -27,7 +27,7 @@ class StepDraw:
 
     sequences: list[Sequence]  # the step's decoding sequences
     accepted: np.ndarray  # (b,) tokens each emits beyond the first
-    drafted: int  # target tokens computed beyond one per sequence, summed
+    drafted: int  # drafted tokens (as the records count them), summed
     duration_s: float
 
     @property
@@ -76,7 +76,8 @@ class MultiTokenStepper:
         duration_s = target.step_time_s(work)
         if self.draft is not None:
             duration_s += self._draft_s(seqs, generated, caps, accepted)
-        return StepDraw(seqs, accepted, int(extra.sum()), duration_s)
+        drafted = int(self.model.drafted_tokens(caps).sum())
+        return StepDraw(seqs, accepted, drafted, duration_s)
 
     def _draft_s(
         self, seqs: list[Sequence], generated: np.ndarray, caps: np.ndarray, accepted: np.ndarray

@@ -2,13 +2,15 @@
 
 A registry keyed by `kind` (`workbench/scheduling/length_predictors.py` builds them):
 `oracle` reads a field of the workload, `constant` predicts one value, `noisy_oracle` adds
-a configurable error to the oracle. A `learned` predictor (a model fine-tuned to predict
-its own response length from the prompt, as in Zheng et al. 2023) runs on the real backend
-and joins this union in that issue's real-backend half.
+a configurable error to the oracle. `learned` reads each prompt with the served model and
+asks a small head trained on the lengths that model produced (`workbench predictor train`,
+`real_backend/length_predictor/`): "perception in advance" (Zheng et al. 2023) without
+fine-tuning the model. It needs torch and real prompts (`workload.prompts`).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -47,7 +49,23 @@ class NoisyOraclePredictorConfig(StrictModel):
     )
 
 
+class LearnedPredictorConfig(StrictModel):
+    kind: Literal["learned"] = Field(
+        description="A head on the served model's hidden state of the prompt, trained on the "
+        "lengths that model produced (`workbench predictor train`). Needs torch and "
+        "workload.prompts."
+    )
+    path: Path | None = Field(
+        default=None,
+        description="The trained predictor's folder (relative to the scenario). Null: the zoo "
+        "model's own, `<zoo cache>/<name>/length_predictor` (the train command's default).",
+    )
+
+
 PredictorConfig = Annotated[
-    OraclePredictorConfig | ConstantPredictorConfig | NoisyOraclePredictorConfig,
+    OraclePredictorConfig
+    | ConstantPredictorConfig
+    | NoisyOraclePredictorConfig
+    | LearnedPredictorConfig,
     Field(discriminator="kind"),
 ]

@@ -200,6 +200,11 @@ class WorkloadConfig(StrictModel):
         description="Real backend: generate exactly the drawn output length even past an EOS, "
         "so a real run and a simulated one see identical lengths. Off: stop at EOS too.",
     )
+    stop_texts: list[str] = Field(
+        default_factory=list,
+        description="Real backend, with ignore_eos off: also stop after any token whose text "
+        'contains one of these (e.g. "\\n\\n": a code model\'s blank line ends its answer).',
+    )
     arrival: ArrivalConfig = Field(description="Arrival process, selected by `kind`.")
     prompt_tokens: LengthConfig | None = Field(
         default=None, description="Prompt length distribution (or give `lengths_from_trace`)."

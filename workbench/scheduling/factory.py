@@ -89,8 +89,10 @@ def check_feasible(
     max_total_tokens: int,
     *,
     source: str | None,
+    lookahead_slots: int = 0,
 ) -> None:
-    """Refuse configurations in which some request could never be served."""
+    """Refuse configurations in which some request could never be served. A multi-token
+    decoder's `lookahead_slots` are held on top of a decoding request's own tokens."""
     block_size = cfg.kv_cache.block_size
     usable = num_blocks
     if isinstance(cfg, ContinuousBatchingConfig):
@@ -112,10 +114,12 @@ def check_feasible(
                 source=source,
                 field="scheduler.max_batched_tokens",
             )
-    if blocks_for(max_total_tokens, block_size) > usable:
+    held = max_total_tokens + lookahead_slots
+    if blocks_for(held, block_size) > usable:
+        slots = f" (+{lookahead_slots} lookahead slots)" if lookahead_slots else ""
         raise WorkbenchError(
-            f"a request of {max_total_tokens} tokens needs "
-            f"{blocks_for(max_total_tokens, block_size)} KV blocks but a replica has {usable} "
+            f"a request of {max_total_tokens} tokens{slots} needs "
+            f"{blocks_for(held, block_size)} KV blocks but a replica has {usable} "
             "usable; use bigger hardware, more tensor parallelism or shorter requests",
             source=source,
             field="scheduler.kv_cache",

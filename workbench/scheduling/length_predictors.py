@@ -4,6 +4,8 @@ A registry keyed by the predictor's `kind`. Predictions are made for the whole w
 at once, before the run, so they are fixed by the scenario seed and identical on both
 backends; a policy reads them from `Sequence.predicted_tokens`. The noisy oracle draws
 from its own generator, `component_rng(seed, "length_predictor")`, in request order.
+The learned predictor (`real_backend/length_predictor/`) runs the served model's
+checkpoint over each prompt: it is imported only when asked for, as it needs torch.
 """
 
 from __future__ import annotations
@@ -11,12 +13,15 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from workbench.errors import WorkbenchError
 from workbench.scenario.length_prediction import (
     ConstantPredictorConfig,
+    LearnedPredictorConfig,
     NoisyOraclePredictorConfig,
     PredictorConfig,
 )
@@ -69,26 +74,40 @@ class NoisyOraclePredictor(LengthPredictor):
         return np.maximum(np.rint(noisy), 1).astype(np.int64)
 
 
-def _noisy(cfg: NoisyOraclePredictorConfig, seed: int) -> LengthPredictor:
+def _noisy(cfg: NoisyOraclePredictorConfig, seed: int, checkpoint: Path | None) -> LengthPredictor:
     rng = component_rng(seed, "length_predictor")
     return NoisyOraclePredictor(cfg.bias, cfg.spread, cfg.bucket_tokens, rng)
 
 
-def _constant(cfg: ConstantPredictorConfig, seed: int) -> LengthPredictor:
+def _constant(cfg: ConstantPredictorConfig, seed: int, checkpoint: Path | None) -> LengthPredictor:
     return ConstantPredictor(cfg.value)
 
 
-PREDICTORS: dict[str, Callable[[Any, int], LengthPredictor]] = {
-    "oracle": lambda cfg, seed: OraclePredictor(),
+def _learned(cfg: LearnedPredictorConfig, seed: int, checkpoint: Path | None) -> LengthPredictor:
+    try:
+        from real_backend.length_predictor.predictor import load_learned_predictor
+    except ImportError as exc:
+        raise WorkbenchError(
+            f"the learned predictor runs the served model and needs torch ({exc.name} is "
+            "missing): pip install -e '.[real]' -c constraints.txt",
+            field="predictor",
+        ) from None
+    return load_learned_predictor(cfg.path, checkpoint)
+
+
+# (config, scenario seed, the served model's checkpoint folder or None) → predictor
+PREDICTORS: dict[str, Callable[[Any, int, Path | None], LengthPredictor]] = {
+    "oracle": lambda cfg, seed, checkpoint: OraclePredictor(),
     "constant": _constant,
     "noisy_oracle": _noisy,
-    # "learned": a model fine-tuned to predict its response length from the prompt runs on
-    # the real backend; it joins here (and the config union) in issue 6's real-backend half.
+    "learned": _learned,
 }
 
 
-def build_predictor(cfg: PredictorConfig, seed: int) -> LengthPredictor:
-    return PREDICTORS[cfg.kind](cfg, seed)
+def build_predictor(
+    cfg: PredictorConfig, seed: int, checkpoint: Path | None = None
+) -> LengthPredictor:
+    return PREDICTORS[cfg.kind](cfg, seed, checkpoint)
 
 
 def scheduler_predictor(cfg: SchedulerConfig) -> PredictorConfig | None:
@@ -100,11 +119,26 @@ def scheduler_predictor(cfg: SchedulerConfig) -> PredictorConfig | None:
     return None
 
 
-def with_predictions(workload: Workload, scheduler: SchedulerConfig, seed: int) -> Workload:
+def with_predictions(
+    workload: Workload, scheduler: SchedulerConfig, seed: int, checkpoint: Path | None = None
+) -> Workload:
     """The workload with `predicted_tokens` filled in, when the scheduler needs predictions
-    and the workload has none yet."""
+    and the workload has none yet. `checkpoint`: the served model's folder (None: a catalog
+    model), which a learned predictor reads the prompts with."""
     cfg = scheduler_predictor(scheduler)
     if cfg is None or workload.predicted_tokens is not None:
         return workload
-    predicted = build_predictor(cfg, seed).predict(workload)  # (n,)
+    try:
+        predicted = build_predictor(cfg, seed, checkpoint).predict(workload)  # (n,)
+    except WorkbenchError as exc:
+        if exc.field is None or not exc.field.startswith("predictor"):
+            raise
+        field = exc.field.replace("predictor", _predictor_field(scheduler), 1)
+        raise WorkbenchError(exc.detail, source=exc.source, field=field) from None
     return dataclasses.replace(workload, predicted_tokens=predicted)
+
+
+def _predictor_field(scheduler: SchedulerConfig) -> str:
+    if isinstance(scheduler, SequenceSchedulingConfig):
+        return "scheduler.predictor"
+    return "scheduler.admission.predictor"
