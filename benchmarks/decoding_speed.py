@@ -133,12 +133,16 @@ def methods(zoo: str, k: int, new_tokens: int, look: tuple[int, int, int]) -> di
     tree = SpeculativeDecoderConfig(
         kind="speculative", tree={"kind": "static", "branching": [2, 2, 1, 1]}
     )
+    adaptive = SpeculativeDecoderConfig(
+        kind="speculative", num_speculative_tokens=k + 2, adaptive={"min_tokens": 1, "window": 4}
+    )
     lookahead = LookaheadDecoderConfig(kind="lookahead", window=w, ngram=n, candidates=g)
     assisted = {"num_assistant_tokens": k, "num_assistant_tokens_schedule": "constant",
                 "assistant_confidence_threshold": 0.0}  # fmt: skip
     return {
         "ours vanilla": ours(target, draft, VanillaDecoderConfig(kind="vanilla"), new_tokens),
         f"ours speculative k={k}": ours(target, draft, spec, new_tokens),
+        f"ours speculative adaptive k<={k + 2}": ours(target, draft, adaptive, new_tokens),
         "ours speculative tree 2-2-1-1": ours(target, draft, tree, new_tokens),
         f"ours lookahead W{w} N{n} G{g}": ours(target, draft, lookahead, new_tokens),
         "hf generate": hf(target, draft, new_tokens),
