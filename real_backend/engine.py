@@ -76,7 +76,7 @@ class RealEngine:
         self.clock = clock
         self.tokens: dict[int, list[int]] = {}  # request id → prompt + emitted token ids
         self.generators: dict[int, torch.Generator] = {}
-        self.finished: set[int] = set()  # request ids done (static batches keep their slots)
+        self.done: set[int] = set()  # request ids finished (static batches keep their slots)
 
     def serve(
         self,
@@ -95,6 +95,7 @@ class RealEngine:
             )
         self._start = self.clock()
         self._finished = 0
+        self.done = set()
         with torch.inference_mode():
             while self._finished < len(workload):
                 self._release_arrivals()
@@ -192,7 +193,7 @@ class RealEngine:
         outcome = None
         # A static batch keeps finished members as padding slots; the runner computes only
         # the live ones (the plan and the step records still count every slot).
-        decodes = [s for s in self.policy.decode_sequences() if s.request_id not in self.finished]
+        decodes = [s for s in self.policy.decode_sequences() if s.request_id not in self.done]
         if decodes:
             outcome = self.decoder.decode([self._decode_request(s) for s in decodes])
             for seq, tokens in zip(decodes, outcome.emitted, strict=True):
@@ -251,7 +252,7 @@ class RealEngine:
         rec.finish_s[seq.request_id] = now_s
         rec.output_tokens[seq.request_id] = seq.generated
         rec.preemptions[seq.request_id] = seq.preemptions
-        self.finished.add(seq.request_id)
+        self.done.add(seq.request_id)
         self.recorder.close_span(seq, 0, self.policy.step - 1)
         if seq.request_id in self.cache.tables:
             self.cache.free(seq.request_id)

@@ -10,11 +10,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tokenizer_folders import tokenizer_folder  # noqa: E402
+from tokenizer_folders import tokenizer_folder
 
-from real_backend.length_predictor import dataset  # noqa: E402
-from workbench.workload.prompt_files import read_questions  # noqa: E402
-from workbench.workload.prompt_tokenizer import load_prompt_tokenizer  # noqa: E402
+from real_backend.length_predictor import dataset
+from workbench.workload.prompt_files import read_questions
+from workbench.workload.prompt_tokenizer import load_prompt_tokenizer
 
 PROMPTS = Path(__file__).resolve().parent.parent / "data" / "prompts"
 

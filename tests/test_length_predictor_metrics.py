@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from real_backend.length_predictor.metrics import length_errors  # noqa: E402
+from real_backend.length_predictor.metrics import length_errors
 
 
 def test_errors_of_hand_made_predictions() -> None:

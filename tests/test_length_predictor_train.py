@@ -51,7 +51,7 @@ def test_the_saved_head_loads_back_exactly(tiny_predictor: Path, tiny_zoo: Path)
     model = load_checkpoint(tiny_zoo / "tiny" / "target")
     features = prompt_features(model, [[5, 6, 7, 8], [9, 10]]).get(head.cfg.pooling)
     tokens = head.predict_tokens(features)
-    assert tokens.shape == (2,) and 1 <= int(tokens.min()) and int(tokens.max()) <= 64
+    assert tokens.shape == (2,) and int(tokens.min()) >= 1 and int(tokens.max()) <= 64
     assert card["head"]["max_new"] == 64
 
 

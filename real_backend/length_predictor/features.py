@@ -37,7 +37,8 @@ def prompt_features(model: Transformer, prompts: list[list[int]]) -> PromptFeatu
     dim = model.args.dim
     mean, last = torch.zeros(len(prompts), dim), torch.zeros(len(prompts), dim)
     for batch in _batches(prompts):
-        cache = model.new_cache(sum(blocks_for(len(prompts[i]), BLOCK_SIZE) for i in batch))
+        blocks = sum(blocks_for(len(prompts[i]), BLOCK_SIZE) for i in batch)
+        cache = model.new_cache(blocks, BLOCK_SIZE)  # this batch's prompts only, then dropped
         plan = [SeqStep(i, prompts[i]) for i in batch]
         for i, states in zip(batch, model.hidden_states(cache, plan), strict=True):  # (n_i, dim)
             mean[i], last[i] = states.mean(0).cpu(), states[-1].cpu()

@@ -50,13 +50,16 @@ class LearnedPredictor(LengthPredictor):
 
 def load_learned_predictor(path: Path | None, checkpoint: Path | None) -> LearnedPredictor:
     """The predictor in `path` (default: the served zoo model's), over `checkpoint`."""
-    if path is None and checkpoint is None:
+    if path is not None:
+        folder = path
+    elif checkpoint is not None:
+        folder = default_predictor_folder(checkpoint)
+    else:
         raise WorkbenchError(
             "give the trained predictor's folder (path): the model has no checkpoint folder "
             "to find it beside",
             field="predictor.path",
         )
-    folder = path if path is not None else default_predictor_folder(checkpoint)  # type: ignore[arg-type]
     head, card = load_predictor(folder)
     model_folder = checkpoint if checkpoint is not None else Path(card["model"]["checkpoint"])
     if not (model_folder / "config.json").is_file():
