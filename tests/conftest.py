@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,31 @@ def tiny_predictor(tiny_zoo: Path) -> Path:
     )  # fmt: skip
     assert code == 0
     return tiny_zoo / "tiny" / "length_predictor"
+
+
+# The decoder tests' shared target model, workload and vanilla outputs (greedy, so the
+# outputs do not depend on how wall-clock arrivals interleave with steps).
+
+
+@pytest.fixture(scope="session")
+def decoder_target():
+    pytest.importorskip("torch")
+    from decoder_models import DECODER_VOCAB, random_model
+
+    return random_model(DECODER_VOCAB, seed=0)
+
+
+@pytest.fixture(scope="session")
+def decoder_workload():
+    pytest.importorskip("torch")
+    from decoder_models import DECODER_VOCAB, interleaved_workload
+
+    return interleaved_workload(16, DECODER_VOCAB)
+
+
+@pytest.fixture(scope="session")
+def decoder_vanilla(decoder_target, decoder_workload):
+    from decoder_models import one_thread, serve
+
+    with contextlib.contextmanager(one_thread)():
+        return serve(decoder_target, decoder_workload)[2]

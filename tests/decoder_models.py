@@ -16,6 +16,8 @@ from workbench.scenario.decoders import SamplingConfig, VanillaDecoderConfig
 from workbench.scheduling.continuous import ContinuousBatching
 from workbench.workload.requests import Workload
 
+DECODER_VOCAB = 64  # the shared decoder-test target's vocabulary (see conftest fixtures)
+
 
 def random_model(
     vocab: int = 64, dim: int = 32, layers: int = 2, seed: int = 0, scale: float = 0.3

@@ -203,3 +203,16 @@ def _synthetic_requests(
         preemptions=np.full(n, k - 1, dtype=np.int32),
         status=np.where(finished, "finished", "unfinished").astype(object),
     )
+
+
+def assert_tokens_conserved(records: RunRecords) -> None:
+    """Every request finished, and its emission rows add up to its output length."""
+    req, spans = records.requests, records.emissions
+    assert (req.status == "finished").all()
+    per_request = np.bincount(
+        spans.request_id,
+        weights=(spans.last_step - spans.first_step + 1) * spans.tokens_per_step,
+        minlength=len(req.request_id),
+    )
+    assert np.array_equal(per_request, req.output_tokens)
+    assert records.steps.emitted_tokens.sum() == req.output_tokens.sum()

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from decoder_models import interleaved_workload, one_thread, random_model, serve  # noqa: E402
+from decoder_models import DECODER_VOCAB, one_thread, serve  # noqa: E402
 
 from real_backend.decoders.lookahead import (  # noqa: E402
     LookaheadDecoder,
@@ -21,7 +21,7 @@ from real_backend.model.transformer import tree_mask_from_parents  # noqa: E402
 from workbench.scenario.decoders import LookaheadDecoderConfig  # noqa: E402
 from workbench.workload.requests import Workload  # noqa: E402
 
-VOCAB = 64
+VOCAB = DECODER_VOCAB  # the conftest target's
 SHAPES = [(1, 2, 1), (3, 3, 2), (5, 4, 5), (7, 5, 7)]  # (W, N, G)
 
 
@@ -70,18 +70,18 @@ single_thread = pytest.fixture(scope="module", autouse=True)(one_thread)
 
 
 @pytest.fixture(scope="module")
-def target():
-    return random_model(VOCAB, seed=0)
+def target(decoder_target):
+    return decoder_target
 
 
 @pytest.fixture(scope="module")
-def workload():
-    return interleaved_workload(16, VOCAB)
+def workload(decoder_workload):
+    return decoder_workload
 
 
 @pytest.fixture(scope="module")
-def vanilla(target, workload):
-    return serve(target, workload)[2]
+def vanilla(decoder_vanilla):
+    return decoder_vanilla
 
 
 def check_records(engine, records) -> None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fixtures_records import assert_tokens_conserved
 from scenario_helpers import SCENARIOS, assert_records_identical, step_by_step
 
 from simulator.catalogs.models import get_model
 from simulator.run import replica_kv_blocks, simulate
 from workbench.decode_emissions import decode_emissions
 from workbench.errors import WorkbenchError
-from workbench.records import RunRecords
 from workbench.scenario.loader import load_scenario
 from workbench.scenario.scenario import Scenario
 
@@ -23,18 +23,6 @@ def speculative(*overrides: str) -> Scenario:
 
 def lookahead(*overrides: str) -> Scenario:
     return load_scenario(SCENARIOS / "lookahead_sim.yaml", [*SMALL, *overrides])
-
-
-def assert_tokens_conserved(records: RunRecords) -> None:
-    req, spans = records.requests, records.emissions
-    assert (req.status == "finished").all()
-    per_request = np.bincount(
-        spans.request_id,
-        weights=(spans.last_step - spans.first_step + 1) * spans.tokens_per_step,
-        minlength=len(req.request_id),
-    )
-    assert np.array_equal(per_request, req.output_tokens)
-    assert records.steps.emitted_tokens.sum() == req.output_tokens.sum()
 
 
 def test_rate_one_emits_k_plus_one_tokens_per_decode_step() -> None:

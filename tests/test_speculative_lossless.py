@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from decoder_models import (  # noqa: E402
-    interleaved_workload,
+    DECODER_VOCAB,
     noisy_copy,
     one_thread,
     random_model,
@@ -18,23 +18,23 @@ from real_backend.decoders.drafter import Drafter  # noqa: E402
 from real_backend.decoders.speculative import SpeculativeDecoder  # noqa: E402
 from workbench.scenario.decoders import SpeculativeDecoderConfig  # noqa: E402
 
-VOCAB = 64
+VOCAB = DECODER_VOCAB  # the conftest target's
 single_thread = pytest.fixture(scope="module", autouse=True)(one_thread)
 
 
 @pytest.fixture(scope="module")
-def target():
-    return random_model(VOCAB, seed=0)
+def target(decoder_target):
+    return decoder_target
 
 
 @pytest.fixture(scope="module")
-def workload():
-    return interleaved_workload(16, VOCAB)
+def workload(decoder_workload):
+    return decoder_workload
 
 
 @pytest.fixture(scope="module")
-def vanilla(target, workload):
-    return serve(target, workload)[2]
+def vanilla(decoder_vanilla):
+    return decoder_vanilla
 
 
 def speculative(draft, **config):

@@ -18,10 +18,9 @@ class FcfsAdmission(StrictModel):
     kind: Literal["fcfs"] = Field(description="First come, first served (vLLM).")
 
 
-class ShortestPredictedAdmission(StrictModel):
-    kind: Literal["shortest_predicted"] = Field(
-        description="Shortest predicted output first; ties in arrival order."
-    )
+class PredictedAdmission(StrictModel):
+    """What every length-aware order has: a predictor and starvation protection."""
+
     predictor: PredictorConfig = Field(
         default_factory=lambda: OraclePredictorConfig(kind="oracle"),
         description="Where predicted output lengths come from.",
@@ -34,23 +33,19 @@ class ShortestPredictedAdmission(StrictModel):
     )
 
 
-class LengthBucketAdmission(StrictModel):
+class ShortestPredictedAdmission(PredictedAdmission):
+    kind: Literal["shortest_predicted"] = Field(
+        description="Shortest predicted output first; ties in arrival order."
+    )
+
+
+class LengthBucketAdmission(PredictedAdmission):
     kind: Literal["length_buckets"] = Field(
         description="Shortest predicted bucket first, arrival order inside a bucket: coarse "
         "shortest-first that a noisy predictor cannot reorder within a bucket."
     )
-    predictor: PredictorConfig = Field(
-        default_factory=lambda: OraclePredictorConfig(kind="oracle"),
-        description="Where predicted output lengths come from.",
-    )
     bucket_tokens: int = Field(
         default=50, gt=0, description="Bucket width: predictions rounded up to a multiple."
-    )
-    aging_s: float | None = Field(
-        default=None,
-        gt=0,
-        description="Starvation protection: a request waiting this long goes before every "
-        "younger one (oldest first). Null: none.",
     )
 
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from workbench.errors import WorkbenchError
 from workbench.scheduling.blocks import blocks_for
+from workbench.scheduling.padded_batch import advance_padded_batch
 from workbench.scheduling.plan import PrefillChunk, StepPlan, StepResult
 from workbench.scheduling.policy import BatchPolicy
 from workbench.scheduling.seqsched_rules import (
@@ -115,16 +116,9 @@ class SequenceScheduling(BatchPolicy):
         started = list(batch.members) if plan.prefills else []
         for seq in started:
             seq.first_emit_step = plan.step
-        for seq in batch.live:
-            seq.generated += n_steps
-            seq.computed = batch.padded_prompt + batch.steps - 1
-        done = {
-            s.request_id
-            for s in batch.live
-            if s.generated >= s.output_tokens or s.request_id in stopped
-        }
-        finished = [s for s in batch.live if s.request_id in done]
-        batch.live = [s for s in batch.live if s.request_id not in done]
+        finished, batch.live = advance_padded_batch(
+            batch.live, batch.padded_prompt, batch.steps, n_steps, stopped
+        )
         for seq in finished:
             del self.group[seq.request_id]
         if not batch.live or batch.steps >= batch.planned.cap_tokens:

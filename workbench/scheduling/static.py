@@ -15,6 +15,7 @@ from collections.abc import Collection, Mapping
 import numpy as np
 
 from workbench.scheduling.blocks import blocks_for
+from workbench.scheduling.padded_batch import advance_padded_batch
 from workbench.scheduling.plan import PrefillChunk, StepPlan, StepResult
 from workbench.scheduling.policy import BatchPolicy
 from workbench.scheduling.sequence import Sequence
@@ -69,15 +70,11 @@ class StaticBatching(BatchPolicy):
         self.step += n_steps
         self.batch_steps += n_steps
         started = list(self.batch) if plan.prefills else []
-        for seq in self.live:
-            seq.generated += n_steps
-            seq.computed = self.padded_prompt + self.batch_steps - 1
-            if seq in started:
-                seq.first_emit_step = plan.step
-        finished = [
-            s for s in self.live if s.generated >= s.output_tokens or s.request_id in stopped
-        ]
-        self.live = [s for s in self.live if s not in finished]
+        for seq in started:
+            seq.first_emit_step = plan.step
+        finished, self.live = advance_padded_batch(
+            self.live, self.padded_prompt, self.batch_steps, n_steps, stopped
+        )
         if not self.live:
             self._end_batch()
         return StepResult(started=started, finished=finished)
