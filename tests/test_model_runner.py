@@ -155,3 +155,24 @@ def test_last_only_gives_each_sequences_last_row(pair):
     for f, lo in zip(full, last, strict=True):
         assert lo.shape == (1, VOCAB)
         torch.testing.assert_close(lo[0], f[-1], atol=1e-5, rtol=0)
+
+
+def test_mixed_step_equals_each_alone(pair):
+    """One packed step with a prompt chunk, a one-token decode and a token tree side by side
+    (the linear layers see only the 10 real tokens, attention a padded (3, 5) batch)."""
+    _, ours = pair
+    contexts = {"chunk": random_ids(2, 13), "decode": random_ids(7, 14), "tree": random_ids(4, 15)}
+    steps = [
+        SeqStep("chunk", random_ids(5, 16)),
+        SeqStep("decode", random_ids(1, 17)),
+        SeqStep("tree", random_ids(4, 18), parents=[-1, 0, 0, 1]),
+    ]
+    cache = ours.new_cache(num_blocks=24, block_size=4)
+    ours.step(cache, [SeqStep(s, c) for s, c in contexts.items()])
+    mixed = ours.step(cache, steps)
+    for step, logits in zip(steps, mixed, strict=True):
+        alone_cache = ours.new_cache(num_blocks=8, block_size=4)
+        ours.step(alone_cache, [SeqStep(step.seq, contexts[step.seq])])
+        (alone,) = ours.step(alone_cache, [step])
+        assert logits.shape == (len(step.tokens), VOCAB)
+        torch.testing.assert_close(logits, alone, atol=ATOL, rtol=0)

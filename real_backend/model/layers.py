@@ -18,12 +18,29 @@ from real_backend.model.config import ModelArgs
 class AttentionMeta:
     """Where this step's tokens live in the paged cache and what each may see."""
 
-    slot_mapping: torch.Tensor  # (B*Q,) int64 flat slot per padded token, -1 on padding
+    slot_mapping: torch.Tensor  # (N,) int64 flat cache slot of each packed new token
     block_tables: torch.Tensor  # (B, max_blocks) int64
     context_lens: torch.Tensor  # (B,) cached tokens before the step
     new_lens: torch.Tensor  # (B,) new tokens in the step
     tree_mask: torch.Tensor | None  # (B, Q, Q) bool, [b, i, j]: new i sees new j; None: causal
     kernels: KernelSet  # the implementation of the cache write and the attention
+    max_new: int  # Q, the most new tokens of any sequence
+    pad_index: torch.Tensor | None  # (N,) row of each packed token in the (B*Q) padded layout;
+    # None when every sequence has Q new tokens (packed and padded layouts coincide)
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, ...) packed -> (B, Q, ...) padded with zeros (the attention kernels' layout)."""
+        B, Q = self.new_lens.shape[0], self.max_new
+        if self.pad_index is None:
+            return x.view(B, Q, *x.shape[1:])
+        padded = x.new_zeros(B * Q, *x.shape[1:])
+        padded[self.pad_index] = x
+        return padded.view(B, Q, *x.shape[1:])
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, Q, ...) padded -> (N, ...) packed."""
+        flat = x.flatten(0, 1)
+        return flat if self.pad_index is None else flat[self.pad_index]
 
 
 class RMSNorm(nn.Module):
@@ -64,9 +81,9 @@ def _llama3_scaling(inv_freq: torch.Tensor, s: dict[str, Any], factor: float) ->
 def rope_cos_sin(
     positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape (B, Q, hd) for per-token positions (B, Q)."""
-    freqs = positions.float()[..., None] * inv_freq.float()  # (B, Q, hd/2)
-    emb = torch.cat((freqs, freqs), dim=-1)  # (B, Q, hd)
+    """cos, sin of shape (..., hd) for per-token positions (...)."""
+    freqs = positions.float()[..., None] * inv_freq.float()  # (N, hd/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (N, hd)
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
@@ -76,8 +93,8 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x (B, Q, nh, hd); cos/sin (B, Q, hd)."""
-    cos, sin = cos[:, :, None], sin[:, :, None]  # (B, Q, 1, hd)
+    """x (..., nh, hd); cos/sin (..., hd)."""
+    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # (..., 1, hd)
     return x * cos + _rotate_half(x) * sin
 
 
@@ -99,31 +116,30 @@ class Attention(nn.Module):
     def project_qkv(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q (B, Q, nh, hd) and k (B, Q, n_kv, hd) with RoPE applied, v (B, Q, n_kv, hd)."""
-        B, Q, _ = x.shape
+        """q (N, nh, hd) and k (N, n_kv, hd) with RoPE applied, v (N, n_kv, hd)."""
+        N = x.shape[0]
         nh, n_kv, hd = self.n_heads, self.n_kv_heads, self.head_dim
         if self.qkv is None:
-            q = apply_rope(self.q_proj(x).view(B, Q, nh, hd), cos, sin)
-            k = apply_rope(self.k_proj(x).view(B, Q, n_kv, hd), cos, sin)
-            return q, k, self.v_proj(x).view(B, Q, n_kv, hd)
-        qkv = F.linear(x, *self.qkv).view(B, Q, nh + 2 * n_kv, hd)  # (B, Q, heads, hd)
-        qk = apply_rope(qkv[:, :, : nh + n_kv], cos, sin)  # q and k heads rotated at once
-        return qk[:, :, :nh], qk[:, :, nh:], qkv[:, :, nh + n_kv :]
+            q = apply_rope(self.q_proj(x).view(N, nh, hd), cos, sin)
+            k = apply_rope(self.k_proj(x).view(N, n_kv, hd), cos, sin)
+            return q, k, self.v_proj(x).view(N, n_kv, hd)
+        qkv = F.linear(x, *self.qkv).view(N, nh + 2 * n_kv, hd)  # (N, heads, hd)
+        qk = apply_rope(qkv[:, : nh + n_kv], cos, sin)  # q and k heads rotated at once
+        return qk[:, :nh], qk[:, nh:], qkv[:, nh + n_kv :]
 
     def forward(
         self,
-        x: torch.Tensor,  # (B, Q, D)
-        cos: torch.Tensor,  # (B, Q, hd)
-        sin: torch.Tensor,  # (B, Q, hd)
+        x: torch.Tensor,  # (N, D) the step's new tokens, packed
+        cos: torch.Tensor,  # (N, hd)
+        sin: torch.Tensor,  # (N, hd)
         k_cache: torch.Tensor,  # (num_blocks, block_size, n_kv, hd) this layer's cache
         v_cache: torch.Tensor,
         meta: AttentionMeta,
-    ) -> torch.Tensor:  # (B, Q, D)
-        B, Q, _ = x.shape
-        q, k, v = self.project_qkv(x, cos, sin)  # (B, Q, nh | n_kv, hd)
-        meta.kernels.write_kv(k_cache, v_cache, k.flatten(0, 1), v.flatten(0, 1), meta.slot_mapping)
+    ) -> torch.Tensor:  # (N, D)
+        q, k, v = self.project_qkv(x, cos, sin)  # (N, nh | n_kv, hd)
+        meta.kernels.write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
         out = meta.kernels.paged_tree_attention(
-            q,
+            meta.pad(q),  # (B, Q, nh, hd)
             k_cache,
             v_cache,
             meta.block_tables,
@@ -132,7 +148,7 @@ class Attention(nn.Module):
             meta.tree_mask,
             self.head_dim**-0.5,
         )  # (B, Q, nh, hd)
-        return self.o_proj(out.reshape(B, Q, self.n_heads * self.head_dim))
+        return self.o_proj(meta.unpad(out).reshape(x.shape[0], self.n_heads * self.head_dim))
 
 
 class MLP(nn.Module):
@@ -151,7 +167,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        gate, up = F.linear(x, *self.gate_up).chunk(2, dim=-1)  # (B, Q, I) each
+        gate, up = F.linear(x, *self.gate_up).chunk(2, dim=-1)  # (N, I) each
         return self.down_proj(F.silu(gate) * up)
 
 

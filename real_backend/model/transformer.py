@@ -11,6 +11,7 @@ position of token i is then the context length plus the number of other new toke
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -105,20 +106,19 @@ class Transformer(nn.Module):
 
     def forward(
         self,
-        tokens: torch.Tensor,  # (B, Q) int64, padded
-        positions: torch.Tensor,  # (B, Q) int64 RoPE positions
+        tokens: torch.Tensor,  # (N,) int64, the step's new tokens packed sequence by sequence
+        positions: torch.Tensor,  # (N,) int64 RoPE positions
         cache: PagedKVCache,
         meta: AttentionMeta,
-        logit_index: torch.Tensor | None = None,  # (B,) the one position per row to score
-        lm_head: bool = True,  # False: final hidden states (after the norm), (B, Q, dim)
-    ) -> torch.Tensor:  # (B, Q, vocab) logits, or (B, 1, vocab) with logit_index
-        x = self.embed_tokens(tokens)  # (B, Q, D)
-        cos, sin = rope_cos_sin(positions, self.inv_freq, x.dtype)  # (B, Q, hd)
+        rows: torch.Tensor | None = None,  # (R,) the only packed tokens to score
+        lm_head: bool = True,  # False: final hidden states (after the norm), (N, dim)
+    ) -> torch.Tensor:  # (N, vocab) logits, or (R, vocab) with rows
+        x = self.embed_tokens(tokens)  # (N, D)
+        cos, sin = rope_cos_sin(positions, self.inv_freq, x.dtype)  # (N, hd)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, cache.k[i], cache.v[i], meta)
-        if logit_index is not None and x.shape[1] > 1:  # only these rows emit: skip the LM
-            x = x[torch.arange(x.shape[0], device=x.device), logit_index].unsqueeze(1)  # head
-
+        if rows is not None and rows.shape[0] < x.shape[0]:  # only these emit: skip the LM
+            x = x[rows]  # (R, D)                                head elsewhere
         x = self.norm(x)
         return self.lm_head(x) if lm_head else x
 
@@ -160,40 +160,45 @@ class Transformer(nn.Module):
     def _run_plan(
         self, cache: PagedKVCache, plan: Sequence[SeqStep], last_only: bool, lm_head: bool
     ) -> list[torch.Tensor]:
+        """Pack the plan's new tokens into one (N,) batch: every linear layer runs over the N
+        real tokens only, however uneven the sequences (a prompt chunk beside one-token
+        decodes); only attention sees them padded, (B, Q)."""
         device = self.embed_tokens.weight.device
         B, Q = len(plan), max(len(s.tokens) for s in plan)
-        tokens, positions, slots = [], [], []  # (B, Q) each, padded, as Python lists
+        tokens, positions, slots, pad_index = [], [], [], []  # (N,) each, as Python lists
         contexts, lengths = [], []
         tree_mask = None  # (B, Q, Q) once some sequence is not a causal chain
         for b, s in enumerate(plan):
             n = len(s.tokens)
             ctx = self._reserve(cache, s.seq, n)
-            pad = [0] * (Q - n)
             if s.parents is None and s.mask is None:  # a causal chain: the default mask
-                positions.append([*range(ctx, ctx + n), *pad])
+                positions.extend(range(ctx, ctx + n))
             else:
                 mask = step_mask(s)
                 if tree_mask is None:
                     tree_mask = torch.ones(Q, Q, dtype=torch.bool).tril().repeat(B, 1, 1)
                 tree_mask[b, :n, :n] = mask
-                positions.append([*(ctx + mask.sum(-1) - 1).tolist(), *pad])  # depth in tree
-            tokens.append([*s.tokens, *pad])
-            slots.append([*cache.slots(s.seq, ctx, n), *[-1] * (Q - n)])
+                positions.extend((ctx + mask.sum(-1) - 1).tolist())  # depth in the tree
+            tokens.extend(s.tokens)
+            slots.extend(cache.slots(s.seq, ctx, n))
+            pad_index.extend(range(b * Q, b * Q + n))
             contexts.append(ctx)
             lengths.append(n)
-        new_lens = torch.tensor(lengths)
         meta = AttentionMeta(
-            slot_mapping=torch.tensor(slots).flatten().to(device),
+            slot_mapping=torch.tensor(slots, device=device),
             block_tables=cache.block_tables([s.seq for s in plan]),
-            context_lens=torch.tensor(contexts).to(device),
-            new_lens=new_lens.to(device),
+            context_lens=torch.tensor(contexts, device=device),
+            new_lens=torch.tensor(lengths, device=device),
             tree_mask=None if tree_mask is None else tree_mask.to(device),
             kernels=self.kernel_set(),
+            max_new=Q,
+            pad_index=None if len(tokens) == B * Q else torch.tensor(pad_index, device=device),
         )
         ids, pos = torch.tensor(tokens, device=device), torch.tensor(positions, device=device)
+        ends = list(itertools.accumulate(lengths))  # packed index past each sequence
         if last_only:
-            index = (new_lens - 1).to(device)
-            logits = self(ids, pos, cache, meta, index)  # (B, 1, V)
-            return [logits[b].float() for b in range(B)]
-        logits = self(ids, pos, cache, meta, None, lm_head)  # (B, Q, V), or (B, Q, dim)
-        return [logits[b, : len(s.tokens)].float() for b, s in enumerate(plan)]
+            rows = torch.tensor([e - 1 for e in ends], device=device)
+            logits = self(ids, pos, cache, meta, rows)  # (B, V)
+            return [logits[b : b + 1].float() for b in range(B)]
+        out = self(ids, pos, cache, meta, None, lm_head)  # (N, V), or (N, dim)
+        return [out[e - n : e].float() for e, n in zip(ends, lengths, strict=True)]
