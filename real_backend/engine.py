@@ -288,6 +288,7 @@ class RealEngine:
             emitted_tokens=sum(len(tokens) for tokens in emitted.values()),
             drafted_tokens=outcome.drafted if outcome else 0,
             accepted_tokens=outcome.accepted if outcome else 0,
+            verified_tokens=outcome.verified if outcome else 0,
         )
 
     def _records(self) -> RunRecords:

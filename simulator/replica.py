@@ -186,6 +186,7 @@ class SimReplica:
             )
         draw = self._draw
         drafted, accepted = (0, 0) if draw is None else (draw.drafted, draw.accepted_total)
+        verified = plan.decode_batch_size if draw is None else draw.verified
         columns.extend_constant(
             steps,
             replica=self.index,
@@ -195,6 +196,7 @@ class SimReplica:
             emitted_tokens=plan.emitting + accepted,
             drafted_tokens=drafted,
             accepted_tokens=accepted,
+            verified_tokens=verified,
         )
 
     def _bursts(self, step: int, draw: StepDraw) -> dict[int, int]:

@@ -58,6 +58,7 @@ def _records(outputs, steps, spans, first_step, last_step, category) -> RunRecor
         start_s=start, duration_s=np.full(s, STEP_S), batch_size=np.ones(s, dtype=np.int32),
         prefill_tokens=cols[:, 0], decode_tokens=cols[:, 1], kv_blocks_used=np.ones(s, np.int64),
         emitted_tokens=cols[:, 2], drafted_tokens=cols[:, 3], accepted_tokens=cols[:, 4],
+        verified_tokens=cols[:, 1] + cols[:, 3],
     )  # fmt: skip
     span = np.array(spans, dtype=np.int64).reshape(len(spans), 3)
     emissions = EmissionSpans(

@@ -93,6 +93,7 @@ def _make_steps(steps: dict[int, list[tuple[float, float]]], requests: list[Requ
         emitted_tokens=np.array([emitted.get(k, 0) for k in keys], dtype=np.int64),
         drafted_tokens=np.zeros(len(keys), dtype=np.int64),
         accepted_tokens=np.zeros(len(keys), dtype=np.int64),
+        verified_tokens=bs.astype(np.int64),
     )
 
 
@@ -165,6 +166,7 @@ def _synthetic_steps(rng: np.random.Generator, replicas: int, per: int) -> StepR
         emitted_tokens=batch.astype(np.int64),
         drafted_tokens=np.zeros(n, dtype=np.int64),
         accepted_tokens=np.zeros(n, dtype=np.int64),
+        verified_tokens=batch.astype(np.int64),
     )
 
 

@@ -89,6 +89,8 @@ def check_records(engine, records) -> None:
     assert not engine.decoder._states  # every finished request released its state
     steps = records.steps
     assert (steps.accepted_tokens <= steps.drafted_tokens).all()
+    window = engine.decoder.config.window * (engine.decoder.config.ngram - 1)  # incl. current
+    assert (steps.verified_tokens == window * steps.decode_tokens + steps.drafted_tokens).all()
     e = records.emissions  # multi-token emissions add up to the outputs
     emitted = ((e.last_step - e.first_step + 1) * e.tokens_per_step).sum()
     assert emitted == records.requests.output_tokens.sum()

@@ -76,6 +76,8 @@ def test_lookahead_runs_and_emits_its_histogram_mean() -> None:
     decoding = steps.decode_tokens > 0
     # Drafted: the G = 5 candidate 4-grams (3 tokens each), as the real decoder records them.
     assert (steps.drafted_tokens[decoding] == 15 * steps.decode_tokens[decoding]).all()
+    # Verified: the whole step, W·(N−1) window tokens plus the candidates, per sequence.
+    assert (steps.verified_tokens == (5 * 3 + 15) * steps.decode_tokens).all()
 
 
 def test_speculative_tree_runs() -> None:

@@ -78,6 +78,7 @@ def test_greedy_equals_vanilla_batched(target, workload, vanilla, draft_kind, co
     assert drafter.cache.num_free_blocks == drafter.cache.allocator.num_blocks
     steps = records.steps
     assert (steps.accepted_tokens <= steps.drafted_tokens).all()
+    assert (steps.verified_tokens == steps.decode_tokens + steps.drafted_tokens).all()
     if draft_kind == "self":
         assert steps.accepted_tokens.sum() > 0.9 * steps.drafted_tokens.sum() or "tree" in config
 

@@ -1,4 +1,5 @@
-"""Databases written before `requests.category` (schema 1) still read, and upgrade on write."""
+"""Databases written before `requests.category` (schema 1) or `steps.verified_tokens`
+(schema 2) still read, and upgrade on write."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def _schema_1_database(path: Path, records: RunRecords) -> None:
     con.execute("DROP VIEW run_summary")
     con.execute("DROP VIEW request_metrics")
     con.execute("ALTER TABLE requests DROP COLUMN category")
+    con.execute("ALTER TABLE steps DROP COLUMN verified_tokens")
     con.execute(REQUEST_METRICS_VIEW.replace(" category,", ""))
     con.execute(RUN_SUMMARY_VIEW)
     con.execute("DELETE FROM schema_version")
@@ -68,3 +70,28 @@ def test_writable_open_migrates_and_keeps_old_rows(old_db: tuple[Path, RunRecord
     assert old.requests.category.tolist() == [None] * 50
     assert new.requests.category.tolist() == ["qa", "rag"] * 25
     assert view == [("new", 50), ("old", 0)]
+
+
+def _drafting(records: RunRecords) -> RunRecords:
+    """The records of a decoder that drafted 3 tokens per decoding sequence, 1 accepted."""
+    steps = records.steps
+    steps.drafted_tokens = 3 * steps.decode_tokens
+    steps.accepted_tokens = steps.decode_tokens.copy()
+    steps.verified_tokens = 7 * steps.decode_tokens  # what v3 records, e.g. with a window
+    return records
+
+
+def test_verified_tokens_of_old_runs_are_one_plus_drafted(tmp_path: Path) -> None:
+    """Before schema 3 a decoder verified 1 + drafted tokens per sequence: read-only opens
+    derive that, a migration writes it; new runs keep what they recorded."""
+    records = _drafting(synthetic_records(50, 100, 100, seed=4))
+    path = tmp_path / "v1.duckdb"
+    _schema_1_database(path, records)
+    expected = 4 * records.steps.decode_tokens
+    with ResultsStore.open(path, read_only=True) as store:
+        assert np.array_equal(store.load_records("old").steps.verified_tokens, expected)
+    with ResultsStore.open(path) as store:
+        store.write_run(make_meta("new"), records)
+        old, new = store.load_records("old"), store.load_records("new")
+    assert np.array_equal(old.steps.verified_tokens, expected)
+    assert np.array_equal(new.steps.verified_tokens, 7 * records.steps.decode_tokens)

@@ -2,7 +2,9 @@
 
 Both backends record per step `decode_tokens` (decoding sequences), `drafted_tokens`
 (tokens proposed for them to verify beyond one each: a draft's proposal, or a lookahead
-step's candidate n-grams) and `accepted_tokens` (tokens they emitted beyond one each).
+step's candidate n-grams), `accepted_tokens` (tokens they emitted beyond one each) and
+`verified_tokens` (tokens the target computed for them: one each, the drafts, and a
+lookahead step's Jacobi window too).
 Decode emissions (`workbench.decode_emissions`) give tokens per sequence-step.
 
 - acceptance_rate: accepted / drafted tokens, over all steps.
@@ -12,10 +14,9 @@ Decode emissions (`workbench.decode_emissions`) give tokens per sequence-step.
 - step_compression_ratio: per completed request, decode tokens / decode steps (the vanilla
   steps its tokens would have taken per step taken; the lookahead paper's S), averaged over
   requests; mean_tokens_per_decode_step is the same ratio pooled over all sequence-steps.
-- extra_flops_share: target tokens verified for decodes (1 + drafted each) over tokens they
-  emitted, less 1: the share of decode compute (linear layers) spent on rejected tokens.
-  Lookahead's Jacobi window is computed too but not recorded (its cost is in the step
-  times): for lookahead this counts the verification branch only.
+- extra_flops_share: target tokens computed for decodes (`verified_tokens`) over tokens they
+  emitted, less 1: the linear-layer compute spent beyond the emitted tokens (rejected drafts,
+  and lookahead's window), relative to a vanilla decode of the same tokens.
 - acceptance_at_position_i: P(accepted ≥ i | drafted ≥ i), from decode emissions of
   completed requests: a step drafts position i exactly when its room (output tokens still to
   emit, less one) is at least i, for a fixed k ≥ i. Positions 1 up to the longest accepted
@@ -44,6 +45,7 @@ def decoder_summary(records: RunRecords) -> dict[str, Number]:
     drafted = int(np.asarray(steps.drafted_tokens, dtype=np.int64).sum())
     accepted = int(np.asarray(steps.accepted_tokens, dtype=np.int64).sum())
     sequence_steps = int(np.asarray(steps.decode_tokens, dtype=np.int64).sum())
+    verified = int(np.asarray(steps.verified_tokens, dtype=np.int64).sum())
     emissions = decode_emissions(records)
     out: dict[str, Number] = {
         "acceptance_rate": _ratio(accepted, drafted),
@@ -52,7 +54,7 @@ def decoder_summary(records: RunRecords) -> dict[str, Number]:
             int(np.dot(emissions.tokens, emissions.count)), int(emissions.count.sum())
         ),
         "step_compression_ratio": _per_request_compression(emissions, len(records.requests.status)),
-        "extra_flops_share": _extra_share(sequence_steps + drafted, sequence_steps + accepted),
+        "extra_flops_share": _extra_share(verified, sequence_steps + accepted),
     }
     out.update(position_acceptance(emissions))
     return out

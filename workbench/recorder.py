@@ -39,7 +39,7 @@ class _Columns:
 _STEP_SPEC = {
     "replica": "q", "step": "q", "start_s": "d", "duration_s": "d", "batch_size": "q",
     "prefill_tokens": "q", "decode_tokens": "q", "kv_blocks_used": "q", "emitted_tokens": "q",
-    "drafted_tokens": "q", "accepted_tokens": "q",
+    "drafted_tokens": "q", "accepted_tokens": "q", "verified_tokens": "q",
 }  # fmt: skip
 _SPAN_SPEC = {"request_id": "q", "replica": "q", "first_step": "q", "last_step": "q", "tokens": "q"}
 
@@ -103,6 +103,7 @@ class Recorder:
             emitted_tokens=col["emitted_tokens"],
             drafted_tokens=col["drafted_tokens"],
             accepted_tokens=col["accepted_tokens"],
+            verified_tokens=col["verified_tokens"],
         )
 
     def emission_spans(self) -> EmissionSpans:

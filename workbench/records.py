@@ -49,6 +49,8 @@ class StepRecords:
     emitted_tokens: np.ndarray  # (s,) int64: tokens emitted at the end of the step
     drafted_tokens: np.ndarray  # (s,) int64: speculative decoders; 0 for vanilla
     accepted_tokens: np.ndarray  # (s,) int64: speculative decoders; 0 for vanilla
+    verified_tokens: np.ndarray  # (s,) int64: tokens the target computed for decodes (one
+    # each, plus drafts, lookahead windows and candidates); = decode_tokens for vanilla
 
 
 @dataclass

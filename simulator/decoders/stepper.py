@@ -28,6 +28,7 @@ class StepDraw:
     sequences: list[Sequence]  # the step's decoding sequences
     accepted: np.ndarray  # (b,) tokens each emits beyond the first
     drafted: int  # drafted tokens (as the records count them), summed
+    verified: int  # tokens the target computes for the decodes: 1 + extra each, summed
     duration_s: float
 
     @property
@@ -77,7 +78,8 @@ class MultiTokenStepper:
         if self.draft is not None:
             duration_s += self._draft_s(seqs, generated, caps, accepted)
         drafted = int(self.model.drafted_tokens(caps).sum())
-        return StepDraw(seqs, accepted, drafted, duration_s)
+        verified = plan.decode_batch_size + work.decode_extra_tokens
+        return StepDraw(seqs, accepted, drafted, verified, duration_s)
 
     def _draft_s(
         self, seqs: list[Sequence], generated: np.ndarray, caps: np.ndarray, accepted: np.ndarray

@@ -28,6 +28,7 @@ from workbench.records import (
     StepRecords,
 )
 from workbench.store.schema import (
+    LEGACY_COLUMNS,
     MIGRATIONS,
     NUMPY_DTYPES,
     OLDEST_READABLE_VERSION,
@@ -186,10 +187,13 @@ class ResultsStore:
 
     def _load_table(self, table: str, run_id: str) -> object:
         present = self._table_columns(table)
+        legacy = {n: e for n, e in LEGACY_COLUMNS.get(table, {}).items() if n not in present}
+        present |= set(legacy)  # derived from older columns (read-only, older database)
         columns = {n: t for n, t in RECORD_TABLES[table].items() if n in present}
+        selected = ", ".join(f"{legacy[n]} AS {n}" if n in legacy else n for n in columns)
         # Without ORDER BY DuckDB keeps insertion order (preserve_insertion_order is on).
         arrow = self._con.sql(
-            f"SELECT {', '.join(columns)} FROM {table} WHERE run_id = ?", params=[run_id]
+            f"SELECT {selected} FROM {table} WHERE run_id = ?", params=[run_id]
         ).to_arrow_table()
         arrays = {
             name: np.asarray(arrow.column(name).to_numpy(), dtype=NUMPY_DTYPES[sql_type])

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-SCHEMA_VERSION = 2
-# The oldest schema a read-only store reads as it is: since then only nullable columns were
-# added, which `load_records` fills (NULL) for old databases. A writable open migrates.
+SCHEMA_VERSION = 3
+# The oldest schema a read-only store reads as it is: since then only columns were added,
+# which `load_records` fills for old databases (NULL, or LEGACY_COLUMNS' derivation). A
+# writable open migrates.
 OLDEST_READABLE_VERSION = 1
 
 REQUEST_COLUMNS: dict[str, str] = {
@@ -40,6 +41,7 @@ STEP_COLUMNS: dict[str, str] = {
     "emitted_tokens": "BIGINT",
     "drafted_tokens": "BIGINT",
     "accepted_tokens": "BIGINT",
+    "verified_tokens": "BIGINT",  # (v3)
 }
 EMISSION_COLUMNS: dict[str, str] = {
     "request_id": "BIGINT",
@@ -148,6 +150,12 @@ def create_statements() -> list[str]:
     ]
 
 
+# Columns added since schema 1 that old databases derive from what they have: before v3,
+# decoders verified 1 + drafted tokens per sequence (lookahead's window went unrecorded).
+LEGACY_COLUMNS: dict[str, dict[str, str]] = {
+    "steps": {"verified_tokens": "decode_tokens + drafted_tokens"},
+}
+
 # version → statements upgrading a database from `version` to `version + 1`.
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -156,5 +164,9 @@ MIGRATIONS: dict[int, list[str]] = {
         "DROP VIEW request_metrics",
         REQUEST_METRICS_VIEW,
         RUN_SUMMARY_VIEW,
+    ],
+    2: [
+        "ALTER TABLE steps ADD COLUMN verified_tokens BIGINT",
+        f"UPDATE steps SET verified_tokens = {LEGACY_COLUMNS['steps']['verified_tokens']}",
     ],
 }
