@@ -5,8 +5,11 @@ files), generate the same number of tokens greedily, one request at a time, with
 
 - ours: vanilla, speculative (chain of k, and a token tree), lookahead (W, N, G);
 - transformers: `generate` (vanilla), assisted generation with the zoo draft
-  (`assistant_model=`, constant schedule, k tokens, confidence threshold off), and
-  prompt-lookup decoding (`prompt_lookup_num_tokens=`).
+  (`assistant_model=`, constant schedule, k tokens, confidence threshold off, all set on the
+  assistant's generation config, where transformers reads them), and prompt-lookup
+  decoding (`prompt_lookup_num_tokens=`).
+
+Models load once; per prompt the methods take turns, best of --repeat runs each.
 
 It reports per method and prompt category: wall-clock tokens/s, speed-up over our vanilla,
 tokens per target forward, and whether the greedy outputs equal our vanilla's.
@@ -27,8 +30,9 @@ import numpy as np
 import torch
 import transformers
 
-from real_backend.decoders.factory import build_decoder
+from real_backend.decoders.factory import build_decoder, load_draft
 from real_backend.engine import RealEngine, ServeOptions
+from real_backend.model import Transformer
 from real_backend.model.loading import load_checkpoint
 from real_backend.zoo.build import resolve_zoo_model
 from real_backend.zoo.corpus import build_corpus
@@ -81,19 +85,21 @@ def load_prompts(tokenizer_file: Path, zoo: str, n: int, code_tokens: int) -> li
     return prompts
 
 
-def ours(folder: Path, draft: Path, config: DecoderConfig, new_tokens: int) -> Callable:
-    model = load_checkpoint(folder)
+def ours(
+    target: Transformer, draft: Transformer, config: DecoderConfig, new_tokens: int
+) -> Callable:
+    """Our engine serving one request, with models loaded once (as transformers' side)."""
 
     def generate(prompt: list[int]) -> tuple[list[int], int]:
         blocks = 4 * (-(-(len(prompt) + new_tokens + 128) // BLOCK))
-        cache = model.new_cache(blocks, BLOCK)
-        decoder = build_decoder(config, model, cache, draft)
+        cache = target.new_cache(blocks, BLOCK)
+        decoder = build_decoder(config, target, cache, draft)
         policy = ContinuousBatching(
             num_blocks=blocks, block_size=BLOCK, max_batch_size=1, max_batched_tokens=4096,
             lookahead_slots=decoder.lookahead_slots,
         )  # fmt: skip
         options = ServeOptions(VanillaDecoderConfig(kind="vanilla"), seed=0, eos_token_id=None)
-        engine = RealEngine(model, cache, policy, options, decoder)
+        engine = RealEngine(target, cache, policy, options, decoder)
         one = Workload(np.zeros(1), np.array([len(prompt)]), np.array([new_tokens]))
         records, outputs = engine.serve(one, [prompt])
         return outputs[0], len(records.steps.step)
@@ -101,17 +107,27 @@ def ours(folder: Path, draft: Path, config: DecoderConfig, new_tokens: int) -> C
     return generate
 
 
-def hf(folder: Path, draft: Path, new_tokens: int, **extra) -> Callable:
+def hf(
+    folder: Path, new_tokens: int, assistant: Path | None = None, k: int = 0, **generation
+) -> Callable:
+    """`generate` on the checkpoint; with `assistant`, assisted generation drafting exactly k
+    tokens a round. transformers reads the draft length, its schedule and the confidence
+    threshold from the *assistant's* generation config (left at its defaults, a 0.4 threshold
+    cuts drafts short and the "heuristic" schedule carries k between calls), so they are set
+    there."""
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     calls = [0]
     model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
-    kwargs = dict(extra)
-    if kwargs.pop("assisted", False):
-        assistant = transformers.AutoModelForCausalLM.from_pretrained(draft, dtype=torch.float32)
-        kwargs["assistant_model"] = assistant.eval()
+    kwargs = {}
+    if assistant is not None:
+        draft = transformers.AutoModelForCausalLM.from_pretrained(assistant, dtype=torch.float32)
+        draft.generation_config.num_assistant_tokens = k
+        draft.generation_config.num_assistant_tokens_schedule = "constant"
+        draft.generation_config.assistant_confidence_threshold = 0.0  # never stop early
+        kwargs["assistant_model"] = draft.eval()
     config = transformers.GenerationConfig(
         max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-        eos_token_id=None, pad_token_id=2, **kwargs.pop("generation", {}),
+        eos_token_id=None, pad_token_id=2, **generation,
     )  # fmt: skip
 
     def generate(prompt: list[int]) -> tuple[list[int], int]:
@@ -127,7 +143,9 @@ def hf(folder: Path, draft: Path, new_tokens: int, **extra) -> Callable:
 
 
 def methods(zoo: str, k: int, new_tokens: int, look: tuple[int, int, int]) -> dict[str, Callable]:
-    target, draft = resolve_zoo_model(zoo, "target"), resolve_zoo_model(zoo, "draft")
+    target_dir, draft_dir = resolve_zoo_model(zoo, "target"), resolve_zoo_model(zoo, "draft")
+    target = load_checkpoint(target_dir)
+    draft = load_draft(draft_dir, target)
     w, n, g = look
     spec = SpeculativeDecoderConfig(kind="speculative", num_speculative_tokens=k)
     tree = SpeculativeDecoderConfig(
@@ -137,42 +155,42 @@ def methods(zoo: str, k: int, new_tokens: int, look: tuple[int, int, int]) -> di
         kind="speculative", num_speculative_tokens=k + 2, adaptive={"min_tokens": 1, "window": 4}
     )
     lookahead = LookaheadDecoderConfig(kind="lookahead", window=w, ngram=n, candidates=g)
-    assisted = {"num_assistant_tokens": k, "num_assistant_tokens_schedule": "constant",
-                "assistant_confidence_threshold": 0.0}  # fmt: skip
     return {
         "ours vanilla": ours(target, draft, VanillaDecoderConfig(kind="vanilla"), new_tokens),
         f"ours speculative k={k}": ours(target, draft, spec, new_tokens),
         f"ours speculative adaptive k<={k + 2}": ours(target, draft, adaptive, new_tokens),
         "ours speculative tree 2-2-1-1": ours(target, draft, tree, new_tokens),
         f"ours lookahead W{w} N{n} G{g}": ours(target, draft, lookahead, new_tokens),
-        "hf generate": hf(target, draft, new_tokens),
-        f"hf assisted k={k}": hf(target, draft, new_tokens, assisted=True, generation=assisted),
-        "hf prompt lookup 10": hf(
-            target, draft, new_tokens, generation={"prompt_lookup_num_tokens": 10}
-        ),
+        "hf generate": hf(target_dir, new_tokens),
+        f"hf assisted k={k}": hf(target_dir, new_tokens, draft_dir, k),
+        "hf prompt lookup 10": hf(target_dir, new_tokens, prompt_lookup_num_tokens=10),
     }
 
 
 def run(prompts: list[Prompt], generators: dict[str, Callable], repeat: int) -> list[Result]:
-    results, reference = [], {}
-    for name, generate in generators.items():
-        res = Result(name)
+    """Best of `repeat` per method and prompt, the methods taking turns on each prompt (in a
+    rotating order), so a slow spell of the machine hits every method alike."""
+    names = list(generators)
+    results = {name: Result(name) for name in names}
+    for generate in generators.values():
         generate(prompts[0].ids)  # warm-up
-        for i, p in enumerate(prompts):
-            best = float("inf")
-            for _ in range(repeat):
+    for i, p in enumerate(prompts):
+        best = dict.fromkeys(names, float("inf"))
+        outputs: dict[str, tuple[list[int], int]] = {}
+        for r in range(repeat):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 t0 = time.perf_counter()
-                out, forwards = generate(p.ids)
-                best = min(best, time.perf_counter() - t0)
-            reference.setdefault(i, out)
-            c = p.category
-            res.seconds[c] = res.seconds.get(c, 0.0) + best
+                outputs[name] = generators[name](p.ids)
+                best[name] = min(best[name], time.perf_counter() - t0)
+        reference = outputs[names[0]][0]
+        for name in names:
+            res, c, (out, forwards) = results[name], p.category, outputs[name]
+            res.seconds[c] = res.seconds.get(c, 0.0) + best[name]
             res.tokens[c] = res.tokens.get(c, 0) + len(out)
             res.forwards[c] = res.forwards.get(c, 0) + forwards
-            res.same[c] = res.same.get(c, 0) + (out == reference[i])
-        results.append(res)
-        print(f"  {name}: done", flush=True)
-    return results
+            res.same[c] = res.same.get(c, 0) + (out == reference)
+        print(f"  prompt {i + 1}/{len(prompts)} done", flush=True)
+    return list(results.values())
 
 
 def table(results: list[Result], counts: dict[str, int]) -> str:

@@ -34,11 +34,12 @@ def write_kv(
     slot_mapping: torch.Tensor,  # (N,) int64 flat slot per token; < 0 = padding, skipped
 ) -> None:
     """Scatter the K/V of ``N`` new tokens into their paged slots, in place."""
-    valid = slot_mapping >= 0  # (N,)
-    slots = slot_mapping[valid]  # (n,)
     n_kv, hd = k_cache.shape[-2:]
-    k_cache.view(-1, n_kv, hd)[slots] = k[valid].to(k_cache.dtype)
-    v_cache.view(-1, n_kv, hd)[slots] = v[valid].to(v_cache.dtype)
+    if bool((slot_mapping < 0).any()):  # drop the padding
+        valid = slot_mapping >= 0  # (N,)
+        slot_mapping, k, v = slot_mapping[valid], k[valid], v[valid]  # (n,), (n, n_kv, hd)
+    k_cache.view(-1, n_kv, hd).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
+    v_cache.view(-1, n_kv, hd).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
 
 
 def copy_blocks(
@@ -88,14 +89,16 @@ def paged_tree_attention(
     # Visibility (B, Q, L): the whole context, then the new tokens through the tree mask.
     rel = torch.arange(L, device=device)[None, None, :] - ctx  # (B, 1, L) index among new
     row = torch.arange(Q, device=device)[None, :, None]  # (1, Q, 1)
-    if tree_mask is None:
-        in_tree = rel <= row  # (B, Q, L) causal
+    if tree_mask is None:  # causal: new j <= i, within the sequence's new tokens
+        visible = rel <= torch.minimum(row, new - 1)  # (B, Q, L)
     else:
         new_j = rel.clamp(0, Q - 1).expand(B, Q, L)  # (B, Q, L)
         in_tree = torch.gather(tree_mask.to(device=device, dtype=torch.bool), 2, new_j)
-    visible = (rel < 0) | ((rel < new) & in_tree)  # (B, Q, L)
+        visible = (rel < 0) | ((rel < new) & in_tree)  # (B, Q, L)
     row_valid = (row < new)[..., 0]  # (B, Q)
-    visible = visible & row_valid[:, :, None]
+    padded = not bool(row_valid.all())
+    if padded:
+        visible = visible & row_valid[:, :, None]
 
     # Grouped-query attention without copying K/V (`enable_gqa`: query head h reads kv head
     # h // group), in fp32 whatever the cache dtype. Rows with nothing visible (padding) come
@@ -108,5 +111,6 @@ def paged_tree_attention(
         scale=scale,
         enable_gqa=True,
     )  # (B, nh, Q, hd)
-    out = torch.where(row_valid[:, None, :, None], out, 0.0)
+    if padded:
+        out = torch.where(row_valid[:, None, :, None], out, 0.0)
     return out.transpose(1, 2).to(q.dtype)  # (B, Q, nh, hd)

@@ -107,10 +107,8 @@ class PagedKVCache:
         """``(B, max_blocks)`` int64, padded with -1."""
         rows = [self.tables[s] for s in seqs]
         width = max((len(r) for r in rows), default=0) or 1
-        out = torch.full((len(rows), width), -1, dtype=torch.long)
-        for b, row in enumerate(rows):
-            out[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-        return out.to(self.k.device)
+        padded = [[*row, *[-1] * (width - len(row))] for row in rows]
+        return torch.tensor(padded, dtype=torch.long, device=self.k.device).view(len(rows), width)
 
     # -- sequence lifecycle ----------------------------------------------------------------
     def allocate(self, seq: SeqId, n_tokens: int = 0) -> list[int]:

@@ -70,6 +70,7 @@ def serve_scenario(scenario: Scenario, progress=None) -> RunRecords:
     records, _outputs = engine.serve(workload, prompts, progress)
     records.info.update(run_info(folder, device, scenario.model.dtype, num_blocks))
     records.info["kernels"] = kernels
+    records.info["linear"] = model.linear_impl
     if workload.category is not None:
         records.requests.category = workload.category
     return records

@@ -24,14 +24,15 @@ def build_decoder(
     config: DecoderConfig,
     model: Transformer,
     cache: PagedKVCache,
-    draft_folder: Path | None = None,
+    draft: Path | Transformer | None = None,  # a checkpoint folder, or a draft loaded once
 ) -> Decoder:
     if isinstance(config, VanillaDecoderConfig):
         return VanillaDecoder(model, cache, config)
     if isinstance(config, SpeculativeDecoderConfig):
-        if draft_folder is None:
+        if draft is None:
             raise WorkbenchError("speculative decoding needs a draft model", field="decoder.draft")
-        draft = load_draft(draft_folder, model)
+        if not isinstance(draft, Transformer):
+            draft = load_draft(draft, model)
         draft_cache = draft.new_cache(cache.allocator.num_blocks, cache.block_size)
         return SpeculativeDecoder(model, cache, Drafter(draft, draft_cache, config), config)
     if isinstance(config, LookaheadDecoderConfig):

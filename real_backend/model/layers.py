@@ -12,6 +12,7 @@ from torch import nn
 
 from kernels.dispatch import KernelSet
 from real_backend.model.config import ModelArgs
+from real_backend.model.inference_linear import InferenceLinear
 
 
 @dataclass
@@ -50,8 +51,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.rms_norm(x.float(), x.shape[-1:], eps=self.eps)  # x / rms(x), in fp32
-        return self.weight * h.to(x.dtype)
+        if x.dtype == torch.float32:  # one op: x / rms(x) * weight
+            return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
+        h = F.rms_norm(x.float(), x.shape[-1:], eps=self.eps)  # normalise in fp32, and round
+        return self.weight * h.to(x.dtype)  # before the weight, as Hugging Face's Llama does
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> torch.Tensor:
@@ -107,11 +110,13 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(args.dim, kv_dim, bias=args.qkv_bias)
         self.v_proj = nn.Linear(args.dim, kv_dim, bias=args.qkv_bias)
         self.o_proj = nn.Linear(q_dim, args.dim, bias=args.o_bias)
-        self.qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None  # set by fuse()
+        self.qkv: InferenceLinear | None = None  # set by fuse()
+        self.out: InferenceLinear | None = None
 
-    def fuse(self) -> None:
+    def fuse(self, prepack: bool) -> None:
         """One (q+2kv, D) matmul instead of three; q/k/v params become views (no copy)."""
-        self.qkv = fuse_linears([self.q_proj, self.k_proj, self.v_proj])
+        self.qkv = InferenceLinear(*fuse_linears([self.q_proj, self.k_proj, self.v_proj]), prepack)
+        self.out = InferenceLinear(self.o_proj.weight, self.o_proj.bias, prepack)
 
     def project_qkv(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
@@ -123,7 +128,7 @@ class Attention(nn.Module):
             q = apply_rope(self.q_proj(x).view(N, nh, hd), cos, sin)
             k = apply_rope(self.k_proj(x).view(N, n_kv, hd), cos, sin)
             return q, k, self.v_proj(x).view(N, n_kv, hd)
-        qkv = F.linear(x, *self.qkv).view(N, nh + 2 * n_kv, hd)  # (N, heads, hd)
+        qkv = self.qkv(x).view(N, nh + 2 * n_kv, hd)  # (N, heads, hd)
         qk = apply_rope(qkv[:, : nh + n_kv], cos, sin)  # q and k heads rotated at once
         return qk[:, :nh], qk[:, nh:], qkv[:, nh + n_kv :]
 
@@ -148,7 +153,8 @@ class Attention(nn.Module):
             meta.tree_mask,
             self.head_dim**-0.5,
         )  # (B, Q, nh, hd)
-        return self.o_proj(meta.unpad(out).reshape(x.shape[0], self.n_heads * self.head_dim))
+        out_proj = self.o_proj if self.out is None else self.out
+        return out_proj(meta.unpad(out).reshape(x.shape[0], self.n_heads * self.head_dim))
 
 
 class MLP(nn.Module):
@@ -159,16 +165,18 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(args.dim, args.intermediate_size, bias=args.mlp_bias)
         self.up_proj = nn.Linear(args.dim, args.intermediate_size, bias=args.mlp_bias)
         self.down_proj = nn.Linear(args.intermediate_size, args.dim, bias=args.mlp_bias)
-        self.gate_up: tuple[torch.Tensor, torch.Tensor | None] | None = None  # set by fuse()
+        self.gate_up: InferenceLinear | None = None  # set by fuse()
+        self.down: InferenceLinear | None = None
 
-    def fuse(self) -> None:
-        self.gate_up = fuse_linears([self.gate_proj, self.up_proj])
+    def fuse(self, prepack: bool) -> None:
+        self.gate_up = InferenceLinear(*fuse_linears([self.gate_proj, self.up_proj]), prepack)
+        self.down = InferenceLinear(self.down_proj.weight, self.down_proj.bias, prepack)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate_up is None:
+        if self.gate_up is None or self.down is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        gate, up = F.linear(x, *self.gate_up).chunk(2, dim=-1)  # (N, I) each
-        return self.down_proj(F.silu(gate) * up)
+        gate, up = self.gate_up(x).chunk(2, dim=-1)  # (N, I) each
+        return self.down(F.silu(gate) * up)
 
 
 def fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:

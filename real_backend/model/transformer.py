@@ -21,6 +21,7 @@ from torch import nn
 from kernels.dispatch import KernelChoice, KernelSet, select_kernels
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.config import ModelArgs
+from real_backend.model.inference_linear import InferenceLinear, can_prepack
 from real_backend.model.layers import AttentionMeta, RMSNorm, TransformerBlock, rope_cos_sin
 from real_backend.model.layers import rope_inv_freq as _rope_inv_freq
 
@@ -83,6 +84,8 @@ class Transformer(nn.Module):
         inv_freq = _rope_inv_freq(args.head_dim, args.rope_theta, args.rope_scaling)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.kernel_choice: KernelChoice = "auto"
+        self.head: InferenceLinear | None = None  # set by fuse()
+        self.linear_impl = "aten"  # what runs the linear layers (see fuse)
 
     def use_kernels(self, choice: KernelChoice) -> KernelSet:
         """Run attention and cache writes with ``choice`` ("auto": Triton on CUDA, else the
@@ -120,7 +123,9 @@ class Transformer(nn.Module):
         if rows is not None and rows.shape[0] < x.shape[0]:  # only these emit: skip the LM
             x = x[rows]  # (R, D)                                head elsewhere
         x = self.norm(x)
-        return self.lm_head(x) if lm_head else x
+        if not lm_head:
+            return x
+        return self.lm_head(x) if self.head is None else self.head(x)
 
     def _reserve(self, cache: PagedKVCache, seq: Hashable, n: int) -> int:
         """Start `seq` in the cache if new, reserve `n` slots; return its prior length."""
@@ -133,11 +138,17 @@ class Transformer(nn.Module):
         cache.append_slots(seq, n)
         return ctx
 
-    def fuse(self) -> None:
-        """Fuse q/k/v and gate/up projections for inference (fewer, larger matmuls)."""
+    def fuse(self, prepack: bool | None = None) -> None:
+        """Prepare for inference: fuse q/k/v and gate/up projections (fewer, larger matmuls),
+        and with `prepack` (default: wherever it applies, CPU fp32) run multi-row matmuls on
+        oneDNN-prepacked weights (`inference_linear`)."""
+        if prepack is None:
+            prepack = can_prepack(self.embed_tokens.weight)
         for layer in self.layers:
-            layer.self_attn.fuse()
-            layer.mlp.fuse()
+            layer.self_attn.fuse(prepack)
+            layer.mlp.fuse(prepack)
+        self.head = InferenceLinear(self.lm_head.weight, None, prepack)
+        self.linear_impl = "onednn-prepacked" if prepack else "aten"
 
     @torch.inference_mode()
     def step(
@@ -184,17 +195,18 @@ class Transformer(nn.Module):
             pad_index.extend(range(b * Q, b * Q + n))
             contexts.append(ctx)
             lengths.append(n)
+        ids, pos, slot_mapping = torch.tensor([tokens, positions, slots], device=device)  # (N,)
+        context_lens, new_lens = torch.tensor([contexts, lengths], device=device)  # (B,)
         meta = AttentionMeta(
-            slot_mapping=torch.tensor(slots, device=device),
+            slot_mapping=slot_mapping,
             block_tables=cache.block_tables([s.seq for s in plan]),
-            context_lens=torch.tensor(contexts, device=device),
-            new_lens=torch.tensor(lengths, device=device),
+            context_lens=context_lens,
+            new_lens=new_lens,
             tree_mask=None if tree_mask is None else tree_mask.to(device),
             kernels=self.kernel_set(),
             max_new=Q,
             pad_index=None if len(tokens) == B * Q else torch.tensor(pad_index, device=device),
         )
-        ids, pos = torch.tensor(tokens, device=device), torch.tensor(positions, device=device)
         ends = list(itertools.accumulate(lengths))  # packed index past each sequence
         if last_only:
             rows = torch.tensor([e - 1 for e in ends], device=device)
