@@ -54,6 +54,7 @@ def speedup_table(drafting: list[RunData], runs: list[RunData]) -> Table:
             _positions(run),
             format_number(s.get("extra_flops_share"), 2),
             format_number(s.get("mean_tpot_ms"), 2),
+            format_number(s.get("mean_itl_ms"), 2),
             format_number(_ratio(b.get("mean_tpot_ms"), s.get("mean_tpot_ms")), 2),
             format_number(_ratio(s.get("output_throughput"), b.get("output_throughput")), 2),
         ])  # fmt: skip
@@ -70,6 +71,7 @@ def speedup_table(drafting: list[RunData], runs: list[RunData]) -> Table:
             "Acceptance by position",
             "Extra FLOPs",
             "Mean TPOT (ms)",
+            "Mean ITL (ms)",
             "TPOT speed-up",
             "Output tok/s ratio",
         ],
@@ -79,7 +81,9 @@ def speedup_table(drafting: list[RunData], runs: list[RunData]) -> Table:
         "name, decoder, SLOs, sweep and simulator options. TPOT speed-up = its mean TPOT / "
         "this run's. Tokens/step: per decoding sequence and step (prefill emissions left "
         "out). Acceptance = accepted / drafted tokens; by position: P(accepted ≥ i | drafted "
-        "≥ i). Extra FLOPs: decode tokens computed per token emitted, less 1.",
+        "≥ i). Extra FLOPs: decode tokens computed per token emitted, less 1. ITL: the gap "
+        "between a request's emissions, a multi-token step's tokens arriving together (so "
+        "ITL ≥ TPOT when steps emit several).",
     )
 
 

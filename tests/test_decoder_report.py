@@ -35,6 +35,10 @@ def test_decoder_runs_get_speedup_and_sim_vs_real_tables(tmp_path: Path) -> None
     speedup = _section(markdown, "Multi-token decoders: speed-up over vanilla")
     row = next(line for line in speedup if line.startswith(f"| {spec_run.run_id}"))
     assert vanilla_run.run_id in row  # matched as the baseline
+    header = next(line for line in speedup if line.startswith("| Run"))
+    cell = dict(zip(_cells(header), _cells(row), strict=True))
+    # Multi-token steps deliver several tokens at once: gaps between emissions exceed TPOT.
+    assert float(cell["Mean ITL (ms)"]) > 1.5 * float(cell["Mean TPOT (ms)"])
     twins = _section(markdown, "Simulator vs real")
     assert any("real01" in line and spec_run.run_id in line for line in twins)
     assert "by prompt category" not in markdown  # synthetic prompts carry no category
@@ -55,3 +59,7 @@ def _section(markdown: str, title: str) -> list[str]:
     start = next(i for i, line in enumerate(lines) if line.startswith("## ") and title in line)
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), None)
     return lines[start + 1 : end]
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
