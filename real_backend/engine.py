@@ -39,8 +39,9 @@ class ServeOptions:
     stop_token_ids: frozenset[int] = frozenset()
 
 
-# The runner pads a step's sequences to its longest; grouping prefill chunks of similar
-# length bounds the padded compute at this multiple of the real tokens.
+# The runner's linear layers see only real tokens, but its attention pads a step's
+# sequences to the longest; grouping prefill chunks of similar length bounds the padded
+# attention queries at this multiple of the real tokens.
 MAX_PADDING_FACTOR = 2.0
 
 
