@@ -31,20 +31,22 @@ def config_key(config: dict[str, Any], ignored: tuple[str, ...]) -> str:
 
 
 def vanilla_baseline(run: RunData, runs: list[RunData]) -> RunData | None:
-    key = config_key(run.config, BASELINE_IGNORED)
-    matches = [
-        other
-        for other in runs
-        if other.run["decoder"] == "vanilla" and config_key(other.config, BASELINE_IGNORED) == key
-    ]
-    return matches[-1] if matches else None
+    return _latest_match(run, runs, BASELINE_IGNORED, "decoder", "vanilla")
 
 
 def simulator_twin(real: RunData, runs: list[RunData]) -> RunData | None:
-    key = config_key(real.config, TWIN_IGNORED)
+    return _latest_match(real, runs, TWIN_IGNORED, "backend", "sim")
+
+
+def _latest_match(
+    run: RunData, runs: list[RunData], ignored: tuple[str, ...], column: str, value: str
+) -> RunData | None:
+    """The latest of `runs` whose `runs` row has `column == value` and whose configuration
+    equals `run`'s but for the `ignored` fields."""
+    key = config_key(run.config, ignored)
     matches = [
         other
         for other in runs
-        if other.run["backend"] == "sim" and config_key(other.config, TWIN_IGNORED) == key
+        if other.run[column] == value and config_key(other.config, ignored) == key
     ]
     return matches[-1] if matches else None

@@ -69,21 +69,6 @@ def copying_model(vocab: int, period: int) -> Transformer:
 single_thread = pytest.fixture(scope="module", autouse=True)(one_thread)
 
 
-@pytest.fixture(scope="module")
-def target(decoder_target):
-    return decoder_target
-
-
-@pytest.fixture(scope="module")
-def workload(decoder_workload):
-    return decoder_workload
-
-
-@pytest.fixture(scope="module")
-def vanilla(decoder_vanilla):
-    return decoder_vanilla
-
-
 def check_records(engine, records) -> None:
     assert engine.cache.num_free_blocks == engine.cache.allocator.num_blocks  # nothing leaked
     assert not engine.decoder._states  # every finished request released its state
@@ -98,16 +83,22 @@ def check_records(engine, records) -> None:
 
 @pytest.mark.parametrize("prompt_pool", [False, True], ids=["jacobi", "prompt pool"])
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"W{w} N{n} G{g}" for w, n, g in SHAPES])
-def test_greedy_equals_vanilla_batched(target, workload, vanilla, shape, prompt_pool):
-    engine, records, outputs = serve(target, workload, lookahead(*shape, prompt_pool))
-    assert outputs == vanilla
+def test_greedy_equals_vanilla_batched(
+    decoder_target, decoder_workload, decoder_vanilla, shape, prompt_pool
+):
+    engine, records, outputs = serve(
+        decoder_target, decoder_workload, lookahead(*shape, prompt_pool)
+    )
+    assert outputs == decoder_vanilla
     check_records(engine, records)
 
 
 @pytest.mark.parametrize("shape", [(3, 3, 2), (5, 4, 5)], ids=["W3 N3 G2", "W5 N4 G5"])
-def test_greedy_equals_vanilla_alone(target, workload, vanilla, shape):
-    _, _, outputs = serve(target, workload, lookahead(*shape, True), max_batch_size=1)
-    assert outputs == vanilla
+def test_greedy_equals_vanilla_alone(decoder_target, decoder_workload, decoder_vanilla, shape):
+    _, _, outputs = serve(
+        decoder_target, decoder_workload, lookahead(*shape, True), max_batch_size=1
+    )
+    assert outputs == decoder_vanilla
 
 
 def test_layout_is_the_papers_mask_with_true_positions():

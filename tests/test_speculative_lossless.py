@@ -22,21 +22,6 @@ VOCAB = DECODER_VOCAB  # the conftest target's
 single_thread = pytest.fixture(scope="module", autouse=True)(one_thread)
 
 
-@pytest.fixture(scope="module")
-def target(decoder_target):
-    return decoder_target
-
-
-@pytest.fixture(scope="module")
-def workload(decoder_workload):
-    return decoder_workload
-
-
-@pytest.fixture(scope="module")
-def vanilla(decoder_vanilla):
-    return decoder_vanilla
-
-
 def speculative(draft, **config):
     cfg = SpeculativeDecoderConfig(kind="speculative", **config)
 
@@ -69,10 +54,14 @@ CASES = [("noisy", c) for c in CONFIGS] + [
 
 
 @pytest.mark.parametrize(("draft_kind", "config"), CASES)
-def test_greedy_equals_vanilla_batched(target, workload, vanilla, draft_kind, config):
-    draft = DRAFTS[draft_kind](target)
-    engine, records, outputs = serve(target, workload, speculative(draft, **CONFIGS[config]))
-    assert outputs == vanilla
+def test_greedy_equals_vanilla_batched(
+    decoder_target, decoder_workload, decoder_vanilla, draft_kind, config
+):
+    draft = DRAFTS[draft_kind](decoder_target)
+    engine, records, outputs = serve(
+        decoder_target, decoder_workload, speculative(draft, **CONFIGS[config])
+    )
+    assert outputs == decoder_vanilla
     assert engine.cache.num_free_blocks == engine.cache.allocator.num_blocks  # nothing leaked
     drafter = engine.decoder.drafter
     assert drafter.cache.num_free_blocks == drafter.cache.allocator.num_blocks
@@ -84,15 +73,22 @@ def test_greedy_equals_vanilla_batched(target, workload, vanilla, draft_kind, co
 
 
 @pytest.mark.parametrize("config", ["chain k=4", "static tree"])
-def test_greedy_equals_vanilla_alone(target, workload, vanilla, config):
-    draft = DRAFTS["noisy"](target)
-    _, _, outputs = serve(target, workload, speculative(draft, **CONFIGS[config]), max_batch_size=1)
-    assert outputs == vanilla
+def test_greedy_equals_vanilla_alone(decoder_target, decoder_workload, decoder_vanilla, config):
+    draft = DRAFTS["noisy"](decoder_target)
+    _, _, outputs = serve(
+        decoder_target, decoder_workload, speculative(draft, **CONFIGS[config]), max_batch_size=1
+    )
+    assert outputs == decoder_vanilla
 
 
-def test_self_draft_chain_accepts_everything_in_fewer_steps(target, workload, vanilla):
-    _, vanilla_records, _ = serve(target, workload)
-    _, records, _ = serve(target, workload, speculative(target, num_speculative_tokens=4))
+def test_self_draft_chain_accepts_everything_in_fewer_steps(
+    decoder_target, decoder_workload, decoder_vanilla
+):
+    _, vanilla_records, _ = serve(decoder_target, decoder_workload)
+    _, records, outputs = serve(
+        decoder_target, decoder_workload, speculative(decoder_target, num_speculative_tokens=4)
+    )
+    assert outputs == decoder_vanilla
     s = records.steps
     assert s.accepted_tokens.sum() == s.drafted_tokens.sum() > 0
     assert len(s.step) < 0.5 * len(vanilla_records.steps.step)

@@ -2,11 +2,11 @@
 
 On CPU, `F.linear` over a few rows (a verification chain, a lookahead window, a small
 batch) goes through MKL's GEMM, which repacks the whole weight on every call: on the zoo
-target, 5 rows cost 4x one row, and the weight is read once either way. oneDNN's linear on a
-weight reordered once into its blocked layout skips that (2.6x faster at 5 rows, 2.3x at
-31 on the development machine; `docs/benchmarks.md`). One row stays on `F.linear`, whose
-GEMV reads the plain weight faster still. The packed copy doubles the weights' memory, so
-it is for CPU fp32 only, where the models are small.
+target, 5 rows cost 4.5x one row, and the weight is read once either way. oneDNN's linear
+on a weight reordered once into its blocked layout skips that (2.3x faster at 5 rows, 2.4x
+at 31, one thread on the development machine: `benchmarks/cpu_linear.py`). One row stays
+on `F.linear`, whose GEMV reads the plain weight faster still. The packed copy doubles the
+weights' memory, so it is for CPU fp32 only, where the models are small.
 """
 
 from __future__ import annotations
