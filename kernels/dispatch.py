@@ -92,6 +92,7 @@ class KernelSet:
     copy_blocks: CopyBlocks
     paged_tree_attention: PagedTreeAttention
     greedy_verify: GreedyVerify
+    max_tree_nodes: int | None  # most nodes (root included) greedy_verify takes as a tree
 
 
 def reference_kernels() -> KernelSet:
@@ -101,6 +102,7 @@ def reference_kernels() -> KernelSet:
         copy_blocks=paged_attention.copy_blocks,
         paged_tree_attention=paged_attention.paged_tree_attention,
         greedy_verify=verification.greedy_verify,
+        max_tree_nodes=None,
     )
 
 
@@ -120,6 +122,7 @@ def triton_kernels() -> KernelSet:
         copy_blocks=triton_cache.copy_blocks,
         paged_tree_attention=triton_attention.paged_tree_attention,
         greedy_verify=triton_verification.greedy_verify,
+        max_tree_nodes=triton_verification.MAX_TREE_NODES,
     )
 
 

@@ -26,18 +26,27 @@ import triton
 import triton.language as tl
 
 from kernels.triton_runtime import (
+    KernelCall,
     check_dtype,
     check_launchable,
     dot_in_fp32,
+    launch_all,
     next_power_of_2,
     num_sms,
 )
 
-__all__ = ["choose_num_splits", "paged_tree_attention"]
+__all__ = ["choose_num_splits", "paged_tree_attention", "plan_paged_tree_attention"]
 
 MIN_KEYS_PER_SPLIT = 256  # below this a split's fixed cost (q load, partial write) dominates
 MAX_SPLITS = 32
+# Tile sizes and warps, chosen so that no configuration of the issue's grid spills registers
+# on sm_80 or sm_90 (checked by `python -m kernels.triton_compile --full`; with 4 warps, fp16
+# q tiles of 64 x 128 spill).
 MAX_BLOCK_M = 64
+EIGHT_WARP_TILE = 64 * 128  # q tile elements (rows x head dim) from which 8 warps are used
+# Exact fp32 (FMA, not tensor cores) holds more per thread: q tiles of at most 2048 elements,
+# key tiles of 32, and always 8 warps.
+MAX_TILE_FP32 = 2048
 
 
 @triton.jit
@@ -257,12 +266,13 @@ def choose_num_splits(programs: int, max_keys: int, sms: int) -> int:
 
 @dataclass(frozen=True)
 class _Launch:
-    """Tile sizes and grid of one call."""
+    """Tile sizes, warps and grid of one call."""
 
     group: int
     block_m: int
     block_n: int
     block_d: int
+    num_warps: int
     tiles: int
     num_splits: int
 
@@ -273,22 +283,26 @@ def _plan_launch(
     B, Q, nh, hd = q.shape
     _, block_size, n_kv, _ = k_cache.shape
     group = nh // n_kv
-    block_m = min(max(16, next_power_of_2(Q * group)), MAX_BLOCK_M)  # dot needs >= 16 rows
-    tiles = math.ceil(Q * group / block_m)
     block_d = max(16, next_power_of_2(hd))
-    block_n = 64 if block_d <= 128 else 32
+    max_m = max(16, MAX_TILE_FP32 // block_d) if dot_in_fp32(q.dtype) else MAX_BLOCK_M
+    block_m = min(max(16, next_power_of_2(Q * group)), max_m)  # dot needs >= 16 rows
+    tiles = math.ceil(Q * group / block_m)
+    if dot_in_fp32(q.dtype):
+        block_n, num_warps = 32, 8
+    else:
+        block_n = 64 if block_d <= 128 else 32
+        num_warps = 8 if block_m * block_d >= EIGHT_WARP_TILE else 4
     if num_splits is None:
         max_keys = block_tables.shape[1] * block_size  # bound on the longest sequence, no sync
         num_splits = choose_num_splits(B * n_kv * tiles, max_keys, num_sms(q.device))
     if not 1 <= num_splits <= 1024:
         raise ValueError(f"num_splits must be in [1, 1024], got {num_splits}")
-    return _Launch(group, block_m, block_n, block_d, tiles, num_splits)
+    return _Launch(group, block_m, block_n, block_d, num_warps, tiles, num_splits)
 
 
 def _check_inputs(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tree_mask: torch.Tensor | None
 ) -> None:
-    check_launchable(q, k_cache, v_cache)
     check_dtype("q", q)
     B, Q, nh, hd = q.shape
     if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
@@ -329,11 +343,34 @@ def paged_tree_attention(
     out: torch.Tensor | None = None,  # (B, Q, nh, hd) contiguous, q's dtype: written in place
 ) -> torch.Tensor:  # (B, Q, nh, hd), zeros on padded rows
     """Attention of each new token over its sequence's cached context and visible new tokens."""
+    check_launchable(q, k_cache, v_cache)
+    calls, out = plan_paged_tree_attention(
+        q, k_cache, v_cache, block_tables, context_lens, new_lens, tree_mask, scale,
+        num_splits=num_splits, out=out,
+    )  # fmt: skip
+    launch_all(calls)
+    return out
+
+
+def plan_paged_tree_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    new_lens: torch.Tensor,
+    tree_mask: torch.Tensor | None,
+    scale: float,
+    *,
+    num_splits: int | None = None,
+    out: torch.Tensor | None = None,
+) -> tuple[list[KernelCall], torch.Tensor]:
+    """The launches of ``paged_tree_attention`` and the output they fill, arguments checked."""
     _check_inputs(q, k_cache, v_cache, tree_mask)
     out = _output(q, out)
     B, Q, nh, hd = q.shape
     if out.numel() == 0:
-        return out
+        return [], out
     launch = _plan_launch(q, k_cache, block_tables, num_splits)
     device = q.device
     tables = block_tables.to(device=device).contiguous()  # (B, max_blocks)
@@ -346,20 +383,25 @@ def paged_tree_attention(
         part_m = torch.empty((B, Q, nh, splits), dtype=torch.float32, device=device)
         part_l = torch.empty_like(part_m)
         target = torch.empty((B, Q, nh, splits, hd), dtype=torch.float32, device=device)
-    grid = (launch.tiles * splits, k_cache.shape[2], B)
-    _paged_tree_attention_kernel[grid](
+    args = (
         q.contiguous(), k_cache, v_cache, target, part_m, part_l,
         tables, context_lens.to(device=device, dtype=torch.int64),
         new_lens.to(device=device, dtype=torch.int64), mask,
         scale * math.log2(math.e), Q, nh, tables.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+    )  # fmt: skip
+    kwargs = dict(
         GROUP=launch.group, HEAD_DIM=hd, BLOCK_D=launch.block_d, BLOCK_SIZE=k_cache.shape[1],
         BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, NUM_SPLITS=splits,
         IS_CAUSAL=tree_mask is None, DOT_IN_FP32=dot_in_fp32(q.dtype),
+        num_warps=launch.num_warps,
     )  # fmt: skip
+    grid = (launch.tiles * splits, k_cache.shape[2], B)
+    calls = [KernelCall(_paged_tree_attention_kernel, grid, args, kwargs)]
     if splits > 1:
-        _merge_splits_kernel[(B * Q * nh,)](
-            part_m, part_l, target, out,
-            NUM_SPLITS=splits, BLOCK_S=next_power_of_2(splits), HEAD_DIM=hd, BLOCK_D=launch.block_d,
-        )  # fmt: skip
-    return out
+        merge_constexprs = dict(
+            NUM_SPLITS=splits, BLOCK_S=next_power_of_2(splits), HEAD_DIM=hd, BLOCK_D=launch.block_d
+        )
+        merge_args = (part_m, part_l, target, out)
+        calls.append(KernelCall(_merge_splits_kernel, (B * Q * nh,), merge_args, merge_constexprs))
+    return calls, out

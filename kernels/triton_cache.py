@@ -10,9 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_runtime import check_launchable, next_power_of_2
+from kernels.triton_runtime import KernelCall, check_launchable, launch_all, next_power_of_2
 
-__all__ = ["copy_blocks", "write_kv"]
+__all__ = ["copy_blocks", "plan_copy_blocks", "plan_write_kv", "write_kv"]
 
 COPY_BLOCK_ELEMENTS = 1024  # elements of one block that one copy program moves
 
@@ -51,6 +51,17 @@ def write_kv(
 ) -> None:
     """Scatter the K/V of ``N`` new tokens into their paged slots, in place."""
     check_launchable(k_cache, v_cache, k, v, slot_mapping)
+    launch_all(plan_write_kv(k_cache, v_cache, k, v, slot_mapping))
+
+
+def plan_write_kv(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> list[KernelCall]:
+    """The launches of ``write_kv`` (none for no tokens), arguments checked."""
     _, block_size, n_kv, hd = k_cache.shape
     if k.shape != v.shape or k.shape[1:] != (n_kv, hd) or slot_mapping.shape != k.shape[:1]:
         raise ValueError(
@@ -60,16 +71,19 @@ def write_kv(
     if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1:
         raise ValueError("k_cache and v_cache must share strides, with a contiguous last dim")
     if k.shape[0] == 0:
-        return
+        return []
     # Convert here, not in the kernel: torch rounds exactly as the reference (to nearest even).
     k = k.to(k_cache.dtype).contiguous()  # (N, n_kv, hd)
     v = v.to(v_cache.dtype).contiguous()
-    _write_kv_kernel[(k.shape[0],)](
+    args = (
         k, v, k_cache, v_cache, slot_mapping.contiguous(),
         k.stride(0), k.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+    )  # fmt: skip
+    constexprs = dict(
         BLOCK_SIZE=block_size, HEAD_DIM=hd, N_KV=n_kv,
         BLOCK_H=next_power_of_2(n_kv), BLOCK_D=next_power_of_2(hd),
     )  # fmt: skip
+    return [KernelCall(_write_kv_kernel, (k.shape[0],), args, constexprs)]
 
 
 @triton.jit
@@ -101,16 +115,24 @@ def copy_blocks(
 ) -> None:
     """Copy whole blocks ``src[m] -> dst[m]`` in place (copy-on-write of a shared block)."""
     check_launchable(k_cache, v_cache, src, dst)
+    launch_all(plan_copy_blocks(k_cache, v_cache, src, dst))
+
+
+def plan_copy_blocks(
+    k_cache: torch.Tensor, v_cache: torch.Tensor, src: torch.Tensor, dst: torch.Tensor
+) -> list[KernelCall]:
+    """The launches of ``copy_blocks`` (none for no blocks), arguments checked."""
     if src.shape != dst.shape or src.dim() != 1:
         raise ValueError(f"src and dst must be (M,), got {tuple(src.shape)}, {tuple(dst.shape)}")
     if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1:
         raise ValueError("k_cache and v_cache must share strides, with a contiguous last dim")
     if src.numel() == 0:
-        return
+        return []
     _, block_size, n_kv, hd = k_cache.shape
     chunks = triton.cdiv(block_size * n_kv * hd, COPY_BLOCK_ELEMENTS)
-    _copy_blocks_kernel[(src.numel(), chunks)](
+    args = (
         k_cache, v_cache, src.to(torch.int64).contiguous(), dst.to(torch.int64).contiguous(),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        BLOCK_SIZE=block_size, N_KV=n_kv, HEAD_DIM=hd, CHUNK=COPY_BLOCK_ELEMENTS,
     )  # fmt: skip
+    constexprs = dict(BLOCK_SIZE=block_size, N_KV=n_kv, HEAD_DIM=hd, CHUNK=COPY_BLOCK_ELEMENTS)
+    return [KernelCall(_copy_blocks_kernel, (src.numel(), chunks), args, constexprs)]

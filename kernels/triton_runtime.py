@@ -9,6 +9,9 @@ Triton decorates its own library functions then.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import triton
@@ -18,10 +21,12 @@ from kernels.dispatch import KernelUnavailable
 
 __all__ = [
     "INTERPRETED",
+    "KernelCall",
     "KernelUnavailable",
     "check_dtype",
     "check_launchable",
     "dot_in_fp32",
+    "launch_all",
     "next_power_of_2",
     "num_sms",
 ]
@@ -83,3 +88,29 @@ def num_sms(device: torch.device) -> int:
         return 1
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _cuda_sms(index)
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """One planned kernel launch: the kernel, its grid, its arguments and keyword arguments.
+
+    The launchers plan their calls first and then launch them, so that the ahead-of-time
+    compile check (``kernels.triton_compile``) can compile exactly what would be launched.
+    """
+
+    kernel: Any  # triton.runtime.JITFunction (an InterpretedFunction under the interpreter)
+    grid: tuple[int, ...]
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]  # constexprs, and launch options such as num_warps
+
+    @property
+    def name(self) -> str:
+        return str(self.kernel.fn.__name__)
+
+    def launch(self) -> None:
+        self.kernel[self.grid](*self.args, **self.kwargs)
+
+
+def launch_all(calls: Sequence[KernelCall]) -> None:
+    for call in calls:
+        call.launch()

@@ -18,12 +18,14 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_runtime import check_launchable, next_power_of_2
+from kernels.triton_runtime import KernelCall, check_launchable, launch_all, next_power_of_2
 
-__all__ = ["greedy_verify"]
+__all__ = ["greedy_verify", "plan_greedy_verify"]
 
 VOCAB_CHUNK = 1024
-MAX_TREE_NODES = 256  # the walk holds a (T, T) ancestor matrix in one program
+# The walk holds a (T, T) fp16 ancestor matrix in one program: at 256 nodes its matmul needs
+# 256 KiB of shared memory (sm_90 allows 227) and ptxas fails; 128 compiles without spills.
+MAX_TREE_NODES = 128
 
 
 @triton.jit
@@ -112,7 +114,6 @@ def _check_inputs(
     draft_lens: torch.Tensor,
     parents: torch.Tensor | None,
 ) -> None:
-    check_launchable(logits, draft_tokens, draft_lens)
     B, T, _ = logits.shape
     if draft_tokens.shape != (B, T - 1) or draft_lens.shape != (B,):
         raise ValueError(
@@ -132,26 +133,46 @@ def greedy_verify(
     parents: torch.Tensor | None = None,  # (B, T) int64 parent node of each node; None = chain
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # (B,), (B,), (B, T) int64
     """Accepted length, bonus token and accepted path (see ``kernels.verification``)."""
+    check_launchable(logits, draft_tokens, draft_lens)
+    calls, outputs = plan_greedy_verify(logits, draft_tokens, draft_lens, parents)
+    launch_all(calls)
+    return outputs
+
+
+def plan_greedy_verify(
+    logits: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    draft_lens: torch.Tensor,
+    parents: torch.Tensor | None = None,
+) -> tuple[list[KernelCall], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The launches of ``greedy_verify`` and the outputs they fill, arguments checked."""
     _check_inputs(logits, draft_tokens, draft_lens, parents)
     B, T, V = logits.shape
     device = logits.device
     accepted_len = torch.empty(B, dtype=torch.int64, device=device)
     bonus = torch.empty(B, dtype=torch.int64, device=device)
     path = torch.empty((B, T), dtype=torch.int64, device=device)
+    outputs = (accepted_len, bonus, path)
     if B == 0:
-        return accepted_len, bonus, path
+        return [], outputs
     rows = logits.reshape(B * T, V)
     rows = rows if rows.stride(-1) == 1 else rows.contiguous()
     argmax = torch.empty(B * T, dtype=torch.int64, device=device)
-    _argmax_kernel[(B * T,)](rows, argmax, V, rows.stride(0), CHUNK=VOCAB_CHUNK)
+    argmax_call = KernelCall(
+        _argmax_kernel, (B * T,), (rows, argmax, V, rows.stride(0)), dict(CHUNK=VOCAB_CHUNK)
+    )
     draft = draft_tokens.to(device=device, dtype=torch.int64).contiguous()
     tree = None if parents is None else parents.to(device=device, dtype=torch.int64).contiguous()
     block_t = max(16, next_power_of_2(T))  # the closure matmul needs 16-wide tiles
     lens = draft_lens.to(device=device, dtype=torch.int64)
-    _verify_walk_kernel[(B,)](
+    walk_args = (
         argmax, draft, lens, argmax if tree is None else tree,  # no parents for a chain
         accepted_len, bonus, path,
         T, draft.stride(0), T,
-        IS_CHAIN=tree is None, BLOCK_T=block_t, LOG2_T=block_t.bit_length() - 1,
     )  # fmt: skip
-    return accepted_len, bonus, path
+    walk_kwargs = dict(
+        IS_CHAIN=tree is None, BLOCK_T=block_t, LOG2_T=block_t.bit_length() - 1,
+        num_warps=8 if block_t >= 128 else 4,  # 4 warps spill the 128 x 128 closure on sm_80
+    )  # fmt: skip
+    walk_call = KernelCall(_verify_walk_kernel, (B,), walk_args, walk_kwargs)
+    return [argmax_call, walk_call], outputs

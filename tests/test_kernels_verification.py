@@ -125,6 +125,27 @@ def test_triton_breaks_sibling_ties_like_the_reference():
         assert torch.equal(g.cpu(), e)
 
 
+def test_triton_takes_trees_up_to_its_limit_and_refuses_larger():
+    pytest.importorskip("triton")
+    from kernels.triton_verification import MAX_TREE_NODES, greedy_verify
+
+    T = MAX_TREE_NODES
+    gen = torch.Generator().manual_seed(T)
+    logits, drafts, draft_lens, parents = random_case(gen, 2, T, 50, tree=True)
+    logits[1] = torch.randn(T, 50, generator=gen)  # sequence 1: a fully matching path of T - 1
+    parents[1] = torch.arange(-1, T - 1)
+    drafts[1] = logits[1, :-1].argmax(-1)
+    draft_lens[1] = T - 1
+    expected = reference(logits, drafts, draft_lens, parents)
+    assert expected[0][1] == T - 1  # the ancestor closure must reach 127 levels up
+    got = greedy_verify(*(t.to(DEVICE) for t in (logits, drafts, draft_lens, parents)))
+    for g, e in zip(got, expected, strict=True):
+        assert torch.equal(g.cpu(), e)
+    bigger = random_case(gen, 1, T + 1, 50, tree=True)
+    with pytest.raises(ValueError, match=f"at most {T} nodes"):
+        greedy_verify(*(t.to(DEVICE) for t in bigger))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("tree", [False, True])

@@ -31,6 +31,7 @@ def build_decoder(
     if isinstance(config, SpeculativeDecoderConfig):
         if draft is None:
             raise WorkbenchError("speculative decoding needs a draft model", field="decoder.draft")
+        _check_verifiable(config, model)
         if not isinstance(draft, Transformer):
             draft = load_draft(draft, model)
         draft_cache = draft.new_cache(cache.allocator.num_blocks, cache.block_size)
@@ -40,6 +41,19 @@ def build_decoder(
 
         return LookaheadDecoder(model, cache, config)
     raise WorkbenchError(f"unknown decoder {config.kind!r}", field="decoder.kind")
+
+
+def _check_verifiable(config: SpeculativeDecoderConfig, model: Transformer) -> None:
+    """Refuse, before any step, drafts larger than the verification kernel takes."""
+    kernels = model.kernel_set()
+    limit = kernels.max_tree_nodes
+    if limit is not None and config.max_draft_tokens + 1 > limit:
+        field = "decoder.num_speculative_tokens" if config.tree is None else "decoder.tree"
+        raise WorkbenchError(
+            f"the {kernels.name} verification kernel takes at most {limit - 1} drafted tokens "
+            f"per step, this decoder drafts up to {config.max_draft_tokens}",
+            field=field,
+        )
 
 
 def load_draft(folder: Path, target: Transformer) -> Transformer:
