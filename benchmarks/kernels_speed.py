@@ -78,12 +78,28 @@ def timed_ms(fn: Callable[[], object]) -> float:
     return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
 
-def baseline_ms(fn: Callable[[], object]) -> float | str:
-    """Like timed_ms, for a baseline that may not support a shape: the error, in the cell."""
+TOLERANCES = {torch.float16: 5e-3, torch.bfloat16: 3e-2, torch.float32: 1e-4}
+
+
+def check_agrees(name: str, got: torch.Tensor, expected: torch.Tensor) -> None:
+    """Raise unless a baseline's output (B, nh, Q, hd) is the kernel's (B, Q, nh, hd): a
+    baseline that computes something else would make its timing meaningless."""
+    tol = TOLERANCES[expected.dtype]
+    got = got.transpose(1, 2).float()
+    if not torch.allclose(got, expected.float(), atol=tol, rtol=tol):
+        diff = (got - expected.float()).abs().max().item()
+        raise AssertionError(f"{name} disagrees with the kernel (max abs diff {diff:.3g})")
+
+
+def baseline_ms(name: str, fn: Callable[[], torch.Tensor], expected: torch.Tensor) -> float | str:
+    """Like timed_ms after checking fn against the kernel's output; a baseline that cannot run
+    a shape gets the error in its cell."""
     try:
-        return round(timed_ms(fn), 4)
+        got = fn()
     except Exception as e:  # a baseline's limit is a result here, not a crash
         return f"error: {type(e).__name__}"
+    check_agrees(name, got, expected)
+    return round(timed_ms(fn), 4)
 
 
 def peak_bandwidth_gbs() -> float:
@@ -106,7 +122,13 @@ def random_tree_masks(batch: int, n: int, gen: torch.Generator) -> torch.Tensor:
 
 
 def paged_inputs(
-    batch: int, context: int, q_len: int, shape: Shape, dtype: torch.dtype, tree: bool
+    batch: int,
+    context: int,
+    q_len: int,
+    shape: Shape,
+    dtype: torch.dtype,
+    tree: bool,
+    device: str = "cuda",
 ) -> Paged:
     gen = torch.Generator().manual_seed(0)
     per_seq = math.ceil((context + q_len) / shape.block_size)
@@ -114,13 +136,13 @@ def paged_inputs(
     cache_shape = (num_blocks, shape.block_size, shape.n_kv, shape.head_dim)
     tables = torch.randperm(num_blocks, generator=gen).view(batch, per_seq)
     return Paged(
-        q=torch.randn(batch, q_len, shape.n_heads, shape.head_dim, device="cuda", dtype=dtype),
-        k_cache=torch.randn(cache_shape, device="cuda", dtype=dtype),
-        v_cache=torch.randn(cache_shape, device="cuda", dtype=dtype),
-        tables=tables.cuda(),
-        context_lens=torch.full((batch,), context, device="cuda"),
-        new_lens=torch.full((batch,), q_len, device="cuda"),
-        tree_mask=random_tree_masks(batch, q_len, gen).cuda() if tree else None,
+        q=torch.randn(batch, q_len, shape.n_heads, shape.head_dim, device=device, dtype=dtype),
+        k_cache=torch.randn(cache_shape, device=device, dtype=dtype),
+        v_cache=torch.randn(cache_shape, device=device, dtype=dtype),
+        tables=tables.to(device),
+        context_lens=torch.full((batch,), context, device=device),
+        new_lens=torch.full((batch,), q_len, device=device),
+        tree_mask=random_tree_masks(batch, q_len, gen).to(device) if tree else None,
     )
 
 
@@ -149,7 +171,7 @@ def dense_kv(inputs: Paged) -> tuple[torch.Tensor, torch.Tensor]:
     """Each sequence's K/V gathered out of the paged cache: (B, n_kv, L, hd) each."""
     _, block_size, n_kv, hd = inputs.k_cache.shape
     length = int(inputs.context_lens[0] + inputs.new_lens[0])
-    pos = torch.arange(length, device="cuda")  # (L,)
+    pos = torch.arange(length, device=inputs.q.device)  # (L,)
     slots = inputs.tables[:, pos // block_size] * block_size + pos % block_size  # (B, L)
     k = inputs.k_cache.view(-1, n_kv, hd)[slots].transpose(1, 2).contiguous()
     v = inputs.v_cache.view(-1, n_kv, hd)[slots].transpose(1, 2).contiguous()
@@ -160,12 +182,15 @@ def dense_mask(inputs: Paged) -> torch.Tensor:
     """(B, 1, Q, L) bool: the whole context, then the tree among the new tokens."""
     B, Q = inputs.q.shape[:2]
     context = int(inputs.context_lens[0])
-    seen = torch.ones(B, Q, context, dtype=torch.bool, device="cuda")
+    seen = torch.ones(B, Q, context, dtype=torch.bool, device=inputs.q.device)
     return torch.cat([seen, inputs.tree_mask], dim=-1)[:, None]
 
 
-def flex_and_sdpa(inputs: Paged) -> tuple[Callable[[], object], Callable[[], object]]:
-    """FlexAttention (block mask, compiled) and SDPA (dense mask) calls on gathered K/V."""
+def flex_and_sdpa(
+    inputs: Paged, compiled: bool = True
+) -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
+    """FlexAttention (block mask; compiled, as it is meant to run) and SDPA (dense mask) calls
+    on gathered K/V, each returning (B, nh, Q, hd)."""
     import torch.nn.functional as F
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -179,11 +204,14 @@ def flex_and_sdpa(inputs: Paged) -> tuple[Callable[[], object], Callable[[], obj
         new_j = torch.clamp(kv_idx - context, 0, Q - 1)
         return (kv_idx < context) | tree[b, q_idx, new_j]
 
-    block_mask = create_block_mask(mask_mod, B, None, Q, L, device="cuda")
-    flex = torch.compile(flex_attention, dynamic=False)
+    scale = inputs.q.shape[-1] ** -0.5
+    block_mask = create_block_mask(mask_mod, B, None, Q, L, device=q.device)
+    flex = torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
     return (
-        lambda: flex(q, k, v, block_mask=block_mask, enable_gqa=True),
-        lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True),
+        lambda: flex(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True),
+        lambda: F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, scale=scale, enable_gqa=True
+        ),
     )
 
 
@@ -194,11 +222,13 @@ def verify_row(batch: int, context: int, q_len: int, dtype_name: str, shape: Sha
     inputs = paged_inputs(batch, context, q_len, shape, dtype, tree=True)
     decode = paged_inputs(batch, context, 1, shape, dtype, tree=False)
     flex, sdpa = flex_and_sdpa(inputs)
+    expected = paged_tree_attention(*inputs.args())
     return dict(
         batch=batch, context=context, queries=q_len, dtype=dtype_name,
         tree_ms=round(timed_ms(lambda: paged_tree_attention(*inputs.args())), 4),
         decode_ms=round(timed_ms(lambda: paged_tree_attention(*decode.args())), 4),
-        flex_ms=baseline_ms(flex), sdpa_ms=baseline_ms(sdpa),
+        flex_ms=baseline_ms("flex_attention", flex, expected),
+        sdpa_ms=baseline_ms("sdpa", sdpa, expected),
     )  # fmt: skip
 
 

@@ -123,8 +123,7 @@ def test_use_kernels_refuses_before_changing_the_choice():
     assert model.kernel_choice == "auto"
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
-def test_speed_benchmark_loads_and_refuses_without_cuda(tmp_path, capsys, monkeypatch):
+def load_speed_benchmark(monkeypatch: pytest.MonkeyPatch):
     import importlib.util
     from pathlib import Path
 
@@ -133,6 +132,12 @@ def test_speed_benchmark_loads_and_refuses_without_cuda(tmp_path, capsys, monkey
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "kernels_speed", module)  # dataclasses look it up
     spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
+def test_speed_benchmark_loads_and_refuses_without_cuda(tmp_path, capsys, monkeypatch):
+    module = load_speed_benchmark(monkeypatch)
     assert module.main(["--out", str(tmp_path / "speed.json")]) == 2
     assert "needs a CUDA device" in capsys.readouterr().out
 
@@ -157,3 +162,24 @@ def test_speculative_trees_past_the_triton_walk_are_refused_before_any_step(max_
     with pytest.raises(WorkbenchError, match="at most 127 drafted tokens") as error:
         build()
     assert error.value.field == "decoder.tree"
+
+
+@pytest.mark.filterwarnings("ignore:.*flex_attention.*:UserWarning")  # eager flex on CPU
+def test_speed_benchmark_baselines_compute_the_kernels_function(monkeypatch):
+    """FlexAttention and SDPA, fed the benchmark's gathered K/V and masks, compute what the
+    kernel computes; the benchmark checks this before timing them, and that check can fail."""
+    from kernels.paged_attention import paged_tree_attention
+
+    module = load_speed_benchmark(monkeypatch)
+    shape = module.Shape(n_heads=8, n_kv=2, head_dim=16, block_size=16)
+    inputs = module.paged_inputs(3, 37, 8, shape, torch.float32, tree=True, device="cpu")
+    expected = paged_tree_attention(*inputs.args())  # (B, Q, nh, hd)
+    flex, sdpa = module.flex_and_sdpa(inputs, compiled=False)
+    module.check_agrees("flex_attention", flex(), expected)
+    module.check_agrees("sdpa", sdpa(), expected)
+    causal_only = inputs.tree_mask.clone()
+    causal_only[:] = torch.ones_like(causal_only[0]).tril()  # a different mask: must disagree
+    inputs.tree_mask = causal_only
+    _, other = module.flex_and_sdpa(inputs, compiled=False)
+    with pytest.raises(AssertionError, match="sdpa disagrees"):
+        module.check_agrees("sdpa", other(), expected)
