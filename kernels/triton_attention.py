@@ -40,8 +40,8 @@ __all__ = ["choose_num_splits", "paged_tree_attention", "plan_paged_tree_attenti
 MIN_KEYS_PER_SPLIT = 256  # below this a split's fixed cost (q load, partial write) dominates
 MAX_SPLITS = 32
 # Tile sizes and warps, chosen so that no configuration of the issue's grid spills registers
-# on sm_80 or sm_90 (checked by `python -m kernels.triton_compile --full`; with 4 warps, fp16
-# q tiles of 64 x 128 spill).
+# on sm_90 and at most a few bytes on sm_80 (`python -m kernels.triton_compile --full`; with
+# 4 warps, fp16 q tiles of 64 x 128 spill on sm_90).
 MAX_BLOCK_M = 64
 EIGHT_WARP_TILE = 64 * 128  # q tile elements (rows x head dim) from which 8 warps are used
 # Exact fp32 (FMA, not tensor cores) holds more per thread: q tiles of at most 2048 elements,
