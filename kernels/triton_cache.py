@@ -79,11 +79,11 @@ def plan_write_kv(
         k, v, k_cache, v_cache, slot_mapping.contiguous(),
         k.stride(0), k.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
     )  # fmt: skip
-    constexprs = dict(
+    kwargs = dict(
         BLOCK_SIZE=block_size, HEAD_DIM=hd, N_KV=n_kv,
         BLOCK_H=next_power_of_2(n_kv), BLOCK_D=next_power_of_2(hd),
     )  # fmt: skip
-    return [KernelCall(_write_kv_kernel, (k.shape[0],), args, constexprs)]
+    return [KernelCall(_write_kv_kernel, (k.shape[0],), args, kwargs)]
 
 
 @triton.jit
@@ -134,5 +134,5 @@ def plan_copy_blocks(
         k_cache, v_cache, src.to(torch.int64).contiguous(), dst.to(torch.int64).contiguous(),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
     )  # fmt: skip
-    constexprs = dict(BLOCK_SIZE=block_size, N_KV=n_kv, HEAD_DIM=hd, CHUNK=COPY_BLOCK_ELEMENTS)
-    return [KernelCall(_copy_blocks_kernel, (src.numel(), chunks), args, constexprs)]
+    kwargs = dict(BLOCK_SIZE=block_size, N_KV=n_kv, HEAD_DIM=hd, CHUNK=COPY_BLOCK_ELEMENTS)
+    return [KernelCall(_copy_blocks_kernel, (src.numel(), chunks), args, kwargs)]

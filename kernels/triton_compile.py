@@ -92,10 +92,6 @@ class Resources:
     def fits_shared(self) -> bool:
         return self.shared_bytes <= MAX_SHARED_BYTES[self.capability]
 
-    @property
-    def spills(self) -> bool:
-        return self.spill_store_bytes > 0 or self.spill_load_bytes > 0
-
 
 def _specialise(call: KernelCall, backend: Any) -> tuple[dict, dict, dict, Any]:
     """Signature, constexprs, attributes and options exactly as Triton's launcher derives them."""
@@ -116,7 +112,10 @@ _PTXAS_SPILLS = re.compile(
 
 
 def _ptxas_report(ptx: str, capability: int) -> tuple[int, int, int, int]:
-    """(registers, stack frame, spill stores, spill loads) from ``ptxas -v`` on Triton's PTX."""
+    """(registers, stack frame, spill stores, spill loads) from ``ptxas -v`` on Triton's PTX.
+
+    A second ptxas run, with Triton's flags: Triton discards ptxas's log after a success, and
+    a kernel found in Triton's cache is not assembled again."""
     arch = sm_arch_from_capability(capability)
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "kernel.ptx"
