@@ -112,9 +112,16 @@ class SimReplica:
         steps = min(plan.repeatable_steps, self.max_span_steps)
         durations = self._durations(plan, steps)  # (steps,)
         self._plan = plan
-        self._steps = steps
         self._ends = np.add.accumulate(np.concatenate(([self.clock_s], durations)))[1:]
-        self._arm(self._ends[steps - 1])
+        self._steps = self._steps_before(plan.replan_at_s, steps)
+        self._arm(self._ends[self._steps - 1])
+
+    def _steps_before(self, replan_at_s: float | None, steps: int) -> int:
+        """The span's steps up to the last one starting before `replan_at_s`: step j + 1
+        starts when step j ends, and the first step always runs."""
+        if replan_at_s is None:
+            return steps
+        return 1 + int(np.searchsorted(self._ends[: steps - 1], replan_at_s, side="left"))
 
     def _durations(self, plan: StepPlan, steps: int) -> np.ndarray:
         self._draw = None

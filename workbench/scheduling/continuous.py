@@ -77,7 +77,8 @@ class ContinuousBatching(BatchPolicy):
         preempted = self._reserve_decode_blocks()
         budget = self.token_budget - len(self.decoding) * (1 + self.lookahead_slots)
         chunks, budget = self._continue_prefills(budget, preempted)
-        chunks += self._admit(budget)
+        if not preempted:  # as vLLM: a step that preempted admits nobody, or victims thrash
+            chunks += self._admit(budget)
         if not chunks and not self.decoding:
             return None  # preemptions only happen to make room for running sequences
         return self._plan(chunks, preempted)
@@ -171,7 +172,8 @@ class ContinuousBatching(BatchPolicy):
 
     def _plan(self, chunks: list[PrefillChunk], preempted: list[Sequence]) -> StepPlan:
         size = len(self.decoding)
-        repeat = 1 if chunks or self.lookahead_slots else self._repeatable_decode_steps()
+        single = chunks or preempted or self.lookahead_slots
+        repeat = 1 if single else self._repeatable_decode_steps()
         if repeat == 1:
             used = np.array([self.used_blocks])
         else:
@@ -186,13 +188,22 @@ class ContinuousBatching(BatchPolicy):
             kv_blocks_used=used,
             preempted=preempted,
             repeatable_steps=repeat,
+            replan_at_s=self._admission_changes_at_s() if repeat > 1 else None,
         )
+
+    def _admission_changes_at_s(self) -> float | None:
+        """When a blocked queue head may give way to another request with time alone (aging):
+        a decode span must not run past it."""
+        if not self.waiting or len(self.running) >= self.max_batch_size:
+            return None
+        return self.waiting.head_changes_at_s()
 
     def _repeatable_decode_steps(self) -> int:
         """Decode-only steps until a member finishes or the blocks run out.
 
         Waiting requests stay blocked meanwhile: batch size and token budget do not change,
-        and free blocks only shrink while nothing finishes.
+        and free blocks only shrink while nothing finishes. The queue head itself may change
+        with time (aging): the plan's `replan_at_s` bounds the span then.
         """
         to_finish = self.decoding.steps_to_next_finish(self.step)
         assert to_finish is not None and to_finish >= 1

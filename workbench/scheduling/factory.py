@@ -61,6 +61,7 @@ def _sequence_scheduling(cfg: SequenceSchedulingConfig, num_blocks: int, slots: 
         order=cfg.order,
         vbs=cfg.vbs,
         fcr=cfg.fcr,
+        over_limit=cfg.over_limit,
     )
     return SequenceScheduling(
         num_blocks=num_blocks,
@@ -92,8 +93,14 @@ def check_feasible(
     lookahead_slots: int = 0,
 ) -> None:
     """Refuse configurations in which some request could never be served. A multi-token
-    decoder's `lookahead_slots` are held on top of a decoding request's own tokens."""
+    decoder's `lookahead_slots` are held on top of a decoding request's own tokens.
+
+    `max_total_tokens` is the largest prompt + output. The last emitted token is never
+    written to the KV cache, so a request holds at most prompt + output − 1 tokens, and a
+    recompute after a preemption prefills at most that many.
+    """
     block_size = cfg.kv_cache.block_size
+    cached = max_total_tokens - 1
     usable = num_blocks
     if isinstance(cfg, ContinuousBatchingConfig):
         usable = num_blocks - int(WATERMARK * num_blocks)
@@ -106,19 +113,19 @@ def check_feasible(
                 source=source,
                 field=f"scheduler.{field}",
             )
-        if not cfg.chunked_prefill and max_total_tokens > cfg.max_batched_tokens:
+        if not cfg.chunked_prefill and cached > cfg.max_batched_tokens:
             raise WorkbenchError(
-                f"a request of {max_total_tokens} tokens (prompt + output, recomputed after a "
-                f"preemption) exceeds max_batched_tokens={cfg.max_batched_tokens}; enable "
-                "chunked_prefill or raise max_batched_tokens",
+                f"a request of {max_total_tokens} tokens recomputes {cached} in one step after "
+                f"a preemption (prompt + output − 1), over max_batched_tokens="
+                f"{cfg.max_batched_tokens}; enable chunked_prefill or raise max_batched_tokens",
                 source=source,
                 field="scheduler.max_batched_tokens",
             )
-    held = max_total_tokens + lookahead_slots
+    held = cached + lookahead_slots
     if blocks_for(held, block_size) > usable:
         slots = f" (+{lookahead_slots} lookahead slots)" if lookahead_slots else ""
         raise WorkbenchError(
-            f"a request of {max_total_tokens} tokens{slots} needs "
+            f"a request of {max_total_tokens} tokens (caching {cached}{slots}) needs "
             f"{blocks_for(held, block_size)} KV blocks but a replica has {usable} "
             "usable; use bigger hardware, more tensor parallelism or shorter requests",
             source=source,

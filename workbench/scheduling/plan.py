@@ -22,8 +22,9 @@ class StepPlan:
 
     A plan with no prefill chunks may repeat: `repeatable_steps` says how many consecutive
     steps the policy would schedule identically if nothing arrives (no finish, no KV
-    shortage, no admission in between). Engines may run up to that many in one go and must
-    then call `complete` with the number actually run.
+    shortage, no admission in between) and no repeated step starts at or after
+    `replan_at_s`. Engines may run up to that many in one go and must then call `complete`
+    with the number actually run.
     """
 
     step: int  # replica step index of the (first) step
@@ -35,6 +36,9 @@ class StepPlan:
     kv_blocks_used: np.ndarray  # (repeatable_steps,) blocks in use during each step
     preempted: list[Sequence] = field(default_factory=list)  # evicted while planning
     repeatable_steps: int = 1
+    # A repeated step starting at or after this time must be planned afresh: the admission
+    # order changes then (an aging deadline). None: only arrivals and the count bound it.
+    replan_at_s: float | None = None
 
     @property
     def batch_size(self) -> int:

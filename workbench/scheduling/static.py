@@ -100,8 +100,9 @@ class StaticBatching(BatchPolicy):
         return True
 
     def _rectangle_blocks(self, members: list[Sequence]) -> int:
+        # A slot caches the padded prompt and every emitted token but the last.
         longest = max(s.prompt_tokens for s in members) + max(s.output_tokens for s in members)
-        return len(members) * blocks_for(longest, self.block_size)
+        return len(members) * blocks_for(longest - 1, self.block_size)
 
     def _prefill_plan(self) -> StepPlan:
         chunks = [PrefillChunk(s, self.padded_prompt, 0) for s in self.batch]

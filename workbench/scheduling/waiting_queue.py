@@ -41,6 +41,9 @@ class WaitingQueue(Protocol):
     def set_time(self, now: float) -> None:
         """The time the next admissions happen at (aging depends on it)."""
 
+    def head_changes_at_s(self) -> float | None:
+        """When the head will change with time alone (no arrival, no admission), if ever."""
+
 
 class FcfsQueue(deque[Sequence]):
     """First come, first served: vLLM's order."""
@@ -50,6 +53,9 @@ class FcfsQueue(deque[Sequence]):
 
     def set_time(self, now: float) -> None:
         pass
+
+    def head_changes_at_s(self) -> float | None:
+        return None
 
 
 class RankedQueue:
@@ -91,15 +97,34 @@ class RankedQueue:
             return self._front.popleft()
         return self._waiting.pop(self._head_number())  # heap and FIFO drop it lazily
 
+    def head_changes_at_s(self) -> float | None:
+        """The time the oldest waiting request ages past a younger head (a preempted
+        sequence at the front stays the head until it is admitted)."""
+        if self.aging_s is None or self._front or not self._waiting:
+            return None
+        oldest = self._oldest_number()
+        if oldest == self._head_number():
+            return None
+        return self._aged_at_s(self._waiting[oldest])
+
     def _head_number(self) -> int:
-        while self._fifo[0] not in self._waiting:
-            self._fifo.popleft()
-        oldest = self._waiting[self._fifo[0]]
-        if self.aging_s is not None and self._now - oldest.arrival_s >= self.aging_s:
-            return self._fifo[0]
+        oldest = self._oldest_number()
+        if self.aging_s is not None and self._now >= self._aged_at_s(self._waiting[oldest]):
+            return oldest
         while self._heap[0][1] not in self._waiting:
             heapq.heappop(self._heap)
         return self._heap[0][1]
+
+    def _oldest_number(self) -> int:
+        while self._fifo[0] not in self._waiting:
+            self._fifo.popleft()
+        return self._fifo[0]
+
+    def _aged_at_s(self, seq: Sequence) -> float:
+        # One expression for the rule and for the deadline a decode span stops at, so
+        # bulk and step-by-step stepping agree bit for bit.
+        assert self.aging_s is not None
+        return seq.arrival_s + self.aging_s
 
 
 def predicted(seq: Sequence) -> int:
