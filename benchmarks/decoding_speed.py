@@ -99,7 +99,7 @@ def ours(
             num_blocks=blocks, block_size=BLOCK, max_batch_size=1, max_batched_tokens=4096,
             lookahead_slots=decoder.lookahead_slots,
         )  # fmt: skip
-        options = ServeOptions(VanillaDecoderConfig(kind="vanilla"), seed=0, eos_token_id=None)
+        options = ServeOptions(VanillaDecoderConfig(kind="vanilla"), seed=0)
         engine = RealEngine(target, cache, policy, options, decoder)
         one = Workload(np.zeros(1), np.array([len(prompt)]), np.array([new_tokens]))
         records, outputs = engine.serve(one, [prompt])

@@ -58,7 +58,7 @@ def ours(model: Transformer, prompts: list[list[int]], outputs: np.ndarray, batc
         prompt_tokens=np.array([len(p) for p in prompts]),
         output_tokens=outputs,
     )
-    options = ServeOptions(VanillaDecoderConfig(kind="vanilla"), seed=0, eos_token_id=None)
+    options = ServeOptions(VanillaDecoderConfig(kind="vanilla"), seed=0)
     engine = RealEngine(model, model.new_cache(num_blocks, BLOCK), policy, options)
     start = time.perf_counter()
     engine.serve(workload, prompts)

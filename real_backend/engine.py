@@ -33,7 +33,8 @@ from workbench.workload.requests import Workload
 class ServeOptions:
     sampling: SamplingConfig  # the decoder's: prefill emissions sample the same way
     seed: int
-    eos_token_id: int | None
+    # Every EOS id ends a response (Llama 3 lists <|eot_id|> after <|end_of_text|>).
+    eos_token_ids: frozenset[int] = frozenset()
     ignore_eos: bool = True
     # More stop tokens (`workload.stop_texts`): a token in here ends a response like EOS.
     stop_token_ids: frozenset[int] = frozenset()
@@ -158,14 +159,17 @@ class RealEngine:
         started_s = self._now()
         # Prompt tokens really computed (a static plan counts padding; the engine runs real ones).
         prefill_tokens = sum(len(self._chunk_ids(c)) for c in plan.prefills)
-        emitted, outcome = self._forward(plan)
+        emitted, outcome, decoded = self._forward(plan)
         ended_s = self._now()
         stopped = self._stop_at_eos(emitted)
         for rid, tokens in emitted.items():
             self.tokens[rid].extend(tokens)
         extra = self._bursts(plan.step, emitted)
         result = self.policy.complete(plan, 1, stopped, extra)
-        self._record_step(plan, started_s, ended_s, emitted, prefill_tokens, outcome)
+        # Accepted = what the decodes really emitted beyond one each: a drafted token the
+        # target confirmed but that fell after a stop (or past the length) was never emitted.
+        accepted = sum(len(emitted[rid]) - 1 for rid in decoded)
+        self._record_step(plan, started_s, ended_s, emitted, prefill_tokens, outcome, accepted)
         for seq in result.started:
             if math.isnan(self.recorder.first_token_s[seq.request_id]):  # first ever emission
                 self.recorder.first_token_s[seq.request_id] = ended_s
@@ -188,24 +192,28 @@ class RealEngine:
         if seq.generated == 0:
             self.generators[rid] = request_generator(self.options.seed, rid)
 
-    def _forward(self, plan: StepPlan) -> tuple[dict[int, list[int]], DecodeOutcome | None]:
-        """Run the plan: the decoder's step for the decodes, prefill chunks in padded groups."""
+    def _forward(
+        self, plan: StepPlan
+    ) -> tuple[dict[int, list[int]], DecodeOutcome | None, list[int]]:
+        """Run the plan: the decoder's step for the decodes, prefill chunks in padded groups.
+        Returns the tokens emitted per request, the decoder's outcome and the decoded ids."""
         emitted: dict[int, list[int]] = {}
         outcome = None
         # A static batch keeps finished members as padding slots; the runner computes only
         # the live ones (the plan and the step records still count every slot).
         decodes = [s for s in self.policy.decode_sequences() if s.request_id not in self.done]
-        if decodes:
-            outcome = self.decoder.decode([self._decode_request(s) for s in decodes])
-            for seq, tokens in zip(decodes, outcome.emitted, strict=True):
-                emitted[seq.request_id] = tokens
+        requests = [self._decode_request(s) for s in decodes]
+        if requests:
+            outcome = self.decoder.decode(requests)
+            for r, tokens in zip(requests, outcome.emitted, strict=True):
+                emitted[r.request_id] = tokens[: r.max_new]  # never past the request's length
         for group in prefill_groups(plan.prefills):
             steps = [SeqStep(c.seq.request_id, self._chunk_ids(c)) for c in group]
             for chunk, logits in zip(group, self.model.step(self.cache, steps, True), strict=True):
                 if chunk.context_tokens + chunk.tokens >= chunk.seq.prefill_target:  # (static pads)
                     token = self._choose(chunk.seq.request_id, logits[-1])
                     emitted[chunk.seq.request_id] = [token]
-        return emitted, outcome
+        return emitted, outcome, [r.request_id for r in requests]
 
     def _decode_request(self, seq: Sequence) -> DecodeRequest:
         rid = seq.request_id
@@ -236,8 +244,7 @@ class RealEngine:
 
     def _stop_at_eos(self, emitted: dict[int, list[int]]) -> set[int]:
         """Cut each emission after an EOS (or stop token); return the requests that emitted one."""
-        eos = self.options.eos_token_id
-        stops = self.options.stop_token_ids | ({eos} if eos is not None else set())
+        stops = self.options.stop_token_ids | self.options.eos_token_ids
         if self.options.ignore_eos or not stops:
             return set()
         stopped = set()
@@ -276,6 +283,7 @@ class RealEngine:
         emitted: dict[int, list[int]],
         prefill_tokens: int,
         outcome: DecodeOutcome | None,
+        accepted: int,
     ) -> None:
         self.recorder.steps.append(
             replica=0,
@@ -288,7 +296,7 @@ class RealEngine:
             kv_blocks_used=self.cache.allocator.num_blocks - self.cache.num_free_blocks,
             emitted_tokens=sum(len(tokens) for tokens in emitted.values()),
             drafted_tokens=outcome.drafted if outcome else 0,
-            accepted_tokens=outcome.accepted if outcome else 0,
+            accepted_tokens=accepted,
             verified_tokens=outcome.verified if outcome else 0,
         )
 

@@ -173,13 +173,15 @@ class PagedKVCache:
         an accepted tree path becomes a contiguous prefix; the rest is rolled back.
 
         ``offsets`` must be increasing, so every move goes to an earlier (or the same) slot.
-        The moved-into blocks were written this step, hence private (copied on write).
+        ``start`` must be where this step's writes begin: the moved-into blocks were written
+        this step, hence private (copied on write); a block shared with a fork is refused.
         """
         if any(b <= a for a, b in itertools.pairwise(offsets)) or (
             offsets and (offsets[0] < 0 or start + offsets[-1] >= self.lengths[seq])
         ):
             raise ValueError(f"offsets must increase within {seq!r}'s new tokens: {offsets}")
         moves = [(start + j, start + o) for j, o in enumerate(offsets) if o != j]
+        self._check_private(seq, start, [d for d, _ in moves])
         if moves:
             dst = torch.tensor([self.slot(seq, d) for d, _ in moves], device=self.k.device)
             src = torch.tensor([self.slot(seq, s) for _, s in moves], device=self.k.device)
@@ -195,6 +197,17 @@ class PagedKVCache:
         del self.lengths[seq]
 
     # -- internals -------------------------------------------------------------------------
+    def _check_private(self, seq: SeqId, start: int, positions: list[int]) -> None:
+        """Refuse writes into blocks another sequence also holds (before anything changes)."""
+        for position in positions:
+            block = self.tables[seq][position // self.block_size]
+            if self.allocator.refcount[block] > 1:
+                raise ValueError(
+                    f"keep({seq!r}, start={start}) would move a token into position {position}, "
+                    f"in block {block} shared by {self.allocator.refcount[block]} sequences: "
+                    "start must be where this step's writes begin"
+                )
+
     def _copy_on_write(self, seq: SeqId) -> None:
         table = self.tables[seq]
         old = table[-1]

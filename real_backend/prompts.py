@@ -22,12 +22,11 @@ def synthetic_prompts(
 
 
 def request_prompts(
-    workload: Workload, vocab_size: int, seed: int, eos: int | None
+    workload: Workload, vocab_size: int, seed: int, eos: frozenset[int]
 ) -> list[list[int]]:
-    """The workload's real prompts, else synthetic ids (never EOS) of the drawn lengths."""
+    """The workload's real prompts, else synthetic ids (never an EOS id) of the drawn lengths."""
     if workload.prompt_ids is None:
-        avoid = {eos} if eos is not None else set()
-        return synthetic_prompts(workload.prompt_tokens, vocab_size, seed, avoid)
+        return synthetic_prompts(workload.prompt_tokens, vocab_size, seed, set(eos))
     top = max(max(ids) for ids in workload.prompt_ids)
     if top >= vocab_size:
         raise WorkbenchError(

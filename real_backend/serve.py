@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from kernels.dispatch import KernelChoice, KernelUnavailable
 from real_backend.decoders.factory import build_decoder
 from real_backend.engine import RealEngine, ServeOptions
+from real_backend.model.config import ModelArgs
 from real_backend.model.loading import load_checkpoint
 from real_backend.model.transformer import Transformer
 from real_backend.prompts import request_prompts
@@ -20,6 +22,7 @@ from workbench.scenario.decoders import (
     SamplingConfig,
     SpeculativeDecoderConfig,
     VanillaDecoderConfig,
+    lookahead_slots,
 )
 from workbench.scenario.scenario import Scenario
 from workbench.scenario.seqsched import SequenceSchedulingConfig
@@ -31,6 +34,7 @@ from workbench.scheduling.seqsched_rules import VBS_BATCH_SIZES
 from workbench.workload.generate import workload_for
 from workbench.workload.requests import Workload
 
+GENERATION_CONFIG = "generation_config.json"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -41,31 +45,36 @@ def serve_scenario(scenario: Scenario, progress=None) -> RunRecords:
         )
     folder = checkpoint_folder(scenario)
     device = pick_device(scenario.hardware.gpu)
-    model = load_checkpoint(folder, dtype_of(scenario.model.dtype), device)
-    kernels = use_kernels(model, scenario.model.kernels)
-    eos = eos_token_id(folder)
+    # Everything that can refuse the configuration comes before any model runs.
+    eos = eos_token_ids(folder)
+    stops = stop_token_ids(folder, scenario.workload.stop_texts)
     workload = workload_for(scenario)
-    workload = with_predictions(workload, scenario.scheduler, scenario.seed, folder)
-    prompts = request_prompts(workload, model.args.vocab_size, scenario.seed, eos)
+    check_context(workload, ModelArgs.from_folder(folder), scenario)
     num_blocks = real_kv_blocks(scenario, workload)
-    lengths = workload.prompt_tokens + workload.output_tokens
+    slots = lookahead_slots(scenario.decoder)
     check_feasible(
         scenario.scheduler,
         num_blocks,
         int(workload.prompt_tokens.max()),
-        int(lengths.max()),
+        int((workload.prompt_tokens + workload.output_tokens).max()),
         source=None,
+        lookahead_slots=slots,
     )
+    workload = with_predictions(workload, scenario.scheduler, scenario.seed, folder)
+    model = load_checkpoint(folder, dtype_of(scenario.model.dtype), device)
+    kernels = use_kernels(model, scenario.model.kernels)
+    prompts = request_prompts(workload, model.args.vocab_size, scenario.seed, eos)
     cache = model.new_cache(num_blocks, scenario.scheduler.kv_cache.block_size)
     options = ServeOptions(
         sampling=sampling_of(scenario.decoder),
         seed=scenario.seed,
-        eos_token_id=eos,
+        eos_token_ids=eos,
         ignore_eos=scenario.workload.ignore_eos,
-        stop_token_ids=stop_token_ids(folder, scenario.workload.stop_texts),
+        stop_token_ids=stops,
     )
     decoder = build_decoder(scenario.decoder, model, cache, draft_folder(scenario))
-    policy = build_policy(scenario.scheduler, num_blocks, decoder.lookahead_slots)
+    assert decoder.lookahead_slots == slots, "the feasibility check counted other slots"
+    policy = build_policy(scenario.scheduler, num_blocks, slots)
     engine = RealEngine(model, cache, policy, options, decoder)
     records, _outputs = engine.serve(workload, prompts, progress)
     records.info.update(run_info(folder, device, scenario.model.dtype, num_blocks))
@@ -74,6 +83,37 @@ def serve_scenario(scenario: Scenario, progress=None) -> RunRecords:
     if workload.category is not None:
         records.requests.category = workload.category
     return records
+
+
+def check_context(workload: Workload, args: ModelArgs, scenario: Scenario) -> None:
+    """Refuse a request whose prompt + output the model has no positions for."""
+    limit = args.context_tokens
+    prompts, totals = workload.prompt_tokens, workload.prompt_tokens + workload.output_tokens
+    where = f"the model's context is {limit} tokens ({context_origin(args)})"
+    longest = int(np.argmax(prompts))
+    if prompts[longest] > limit:
+        field = "workload.prompts" if scenario.workload.prompts else "workload.prompt_tokens"
+        raise WorkbenchError(
+            f"request {longest} has a prompt of {int(prompts[longest])} tokens but {where}",
+            field=field,
+        )
+    longest = int(np.argmax(totals))
+    if totals[longest] > limit:
+        raise WorkbenchError(
+            f"request {longest} needs {int(prompts[longest])} prompt + "
+            f"{int(workload.output_tokens[longest])} output = {int(totals[longest])} tokens but "
+            f"{where}; shorten the outputs",
+            field="workload.output_tokens",
+        )
+
+
+def context_origin(args: ModelArgs) -> str:
+    """Where the context limit comes from, for error messages."""
+    text = f"max_position_embeddings {args.max_position_embeddings}"
+    if args.context_tokens != args.max_position_embeddings:
+        text += f" × {args.rope_scaling['rope_type']} RoPE scaling factor"
+        text += f" {args.rope_scaling['factor']:g}"
+    return text
 
 
 def checkpoint_folder(scenario: Scenario) -> Path:
@@ -133,14 +173,17 @@ def dtype_of(name: str) -> torch.dtype:
 
 
 def real_kv_blocks(scenario: Scenario, workload: Workload) -> int:
-    """The scenario's block count, else room for a full batch of the longest request."""
+    """The scenario's block count, else room for a full batch of the longest request: its
+    cached tokens (prompt + output − 1: the last one is never written) plus the decoder's
+    lookahead slots."""
     sched = scenario.scheduler
     if sched.kv_cache.num_blocks is not None:
         return sched.kv_cache.num_blocks
     batch = largest_batch(sched)
     longest = int((workload.prompt_tokens + workload.output_tokens).max())
+    held = longest - 1 + lookahead_slots(scenario.decoder)
     # 2% over the need: continuous batching keeps a 1% admission watermark.
-    return int(batch * blocks_for(longest, sched.kv_cache.block_size) * 1.02) + 1
+    return int(batch * blocks_for(held, sched.kv_cache.block_size) * 1.02) + 1
 
 
 def largest_batch(sched: SchedulerConfig) -> int:
@@ -157,8 +200,13 @@ def stop_token_ids(folder: Path, texts: list[str]) -> frozenset[int]:
     """Every token of the model's vocabulary whose text contains one of `texts`."""
     if not texts:
         return frozenset()
-    from workbench.workload.prompt_tokenizer import load_prompt_tokenizer
+    from workbench.workload.prompt_tokenizer import TOKENIZER_FILE, load_prompt_tokenizer
 
+    if not (folder / TOKENIZER_FILE).is_file():
+        raise WorkbenchError(
+            f"no {TOKENIZER_FILE} in {folder}: needed to find the tokens of the stop texts",
+            field="workload.stop_texts",
+        )
     tokenizer = load_prompt_tokenizer(folder, field="workload.stop_texts").tokenizer
     found = frozenset(
         i
@@ -173,10 +221,26 @@ def stop_token_ids(folder: Path, texts: list[str]) -> frozenset[int]:
     return found
 
 
-def eos_token_id(folder: Path) -> int | None:
-    config = json.loads((folder / "config.json").read_text())
-    eos = config.get("eos_token_id")
-    return eos[0] if isinstance(eos, list) else eos
+def eos_token_ids(folder: Path) -> frozenset[int]:
+    """Every id that ends a response, as transformers' `generate` reads them: the
+    `eos_token_id` (an int or a list) of generation_config.json where the checkpoint has one
+    (without that key there: none), else config.json's."""
+    generation = folder / GENERATION_CONFIG
+    path = generation if generation.is_file() else folder / "config.json"
+    try:
+        eos = json.loads(path.read_text()).get("eos_token_id")
+    except json.JSONDecodeError as exc:
+        raise WorkbenchError(f"invalid JSON: {exc}", source=str(path)) from None
+    if eos is None:
+        return frozenset()
+    ids = [eos] if isinstance(eos, int) else eos
+    if not isinstance(ids, list) or not all(isinstance(i, int) and i >= 0 for i in ids):
+        raise WorkbenchError(
+            f"expected a token id or a list of them, got {eos!r}",
+            source=str(path),
+            field="eos_token_id",
+        )
+    return frozenset(ids)
 
 
 def run_info(folder: Path, device: str, dtype: str, num_blocks: int) -> dict[str, str]:

@@ -79,9 +79,7 @@ def serve(
         num_blocks=num_blocks, block_size=block_size, max_batch_size=max_batch_size,
         max_batched_tokens=4096, lookahead_slots=slots,
     )  # fmt: skip
-    options = ServeOptions(
-        sampling=sampling or VanillaDecoderConfig(kind="vanilla"), seed=0, eos_token_id=None
-    )
+    options = ServeOptions(sampling=sampling or VanillaDecoderConfig(kind="vanilla"), seed=0)
     engine = RealEngine(model, cache, policy, options, decoder)
     records, outputs = engine.serve(*workload)
     return engine, records, outputs

@@ -144,3 +144,19 @@ def test_fork_shares_prefix_and_cow_leaves_parent_untouched():
     cache.free("p")
     cache.free("c")
     assert cache.num_free_blocks == 8
+
+
+def test_keep_refuses_to_move_tokens_into_a_shared_block():
+    """`keep` with a start before the step's writes would overwrite a block the sequence
+    shares with a fork: it raises before changing anything."""
+    cache = PagedKVCache(1, 8, 4, n_kv_heads=1, head_dim=1)
+    slots = cache.allocate("p", 6)  # block 0 full, block 1 half
+    kv = torch.arange(1.0, 7.0).view(6, 1, 1)
+    write_kv(cache.k[0], cache.v[0], kv, kv, torch.tensor(slots))
+    cache.fork("p", "c")  # both blocks shared
+    k, tables = cache.k.clone(), {s: list(t) for s, t in cache.tables.items()}
+    with pytest.raises(ValueError, match="shared"):
+        cache.keep("p", 2, [0, 2])  # would move position 4 to 3, inside shared block 0
+    assert torch.equal(cache.k, k) and cache.tables == tables and cache.length("p") == 6
+    child = [float(cache.k[0].view(-1, 1, 1)[cache.slot("c", p)]) for p in range(6)]
+    assert child == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]

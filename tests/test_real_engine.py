@@ -64,7 +64,7 @@ def reference(hf, prompt: list[int], n: int) -> list[int]:
 def serve(folder, policy, workload) -> tuple[object, dict[int, list[int]]]:
     model = load_checkpoint(folder, dtype=torch.float64)
     cache = model.new_cache(num_blocks=policy.num_blocks, block_size=policy.block_size)
-    options = ServeOptions(sampling=VanillaDecoderConfig(kind="vanilla"), seed=0, eos_token_id=None)
+    options = ServeOptions(sampling=VanillaDecoderConfig(kind="vanilla"), seed=0)
     w, prompts = workload
     return RealEngine(model, cache, policy, options).serve(w, prompts)
 

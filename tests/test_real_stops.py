@@ -48,11 +48,11 @@ def stops(free_running: dict[int, list[int]]) -> set[int]:
     return set(np.argsort(counts)[-2:].tolist())
 
 
-def serve_with_stops(policy, work, stops: set[int], eos: int | None = None):
+def serve_with_stops(policy, work, stops: set[int], eos: frozenset[int] = frozenset()):
     model = random_model(vocab=VOCAB)
     cache = model.new_cache(policy.num_blocks, policy.block_size)
     options = ServeOptions(
-        VanillaDecoderConfig(kind="vanilla"), seed=0, eos_token_id=eos, ignore_eos=False,
+        VanillaDecoderConfig(kind="vanilla"), seed=0, eos_token_ids=eos, ignore_eos=False,
         stop_token_ids=frozenset(stops),
     )  # fmt: skip
     records, outputs = RealEngine(model, cache, policy, options).serve(*work)
@@ -75,7 +75,15 @@ def test_eos_and_stop_tokens_stop_alike(work, free_running, stops) -> None:
     policy = ContinuousBatching(
         num_blocks=512, block_size=4, max_batch_size=8, max_batched_tokens=4096
     )
-    _, outputs, _ = serve_with_stops(policy, work, {other}, eos=eos)
+    _, outputs, _ = serve_with_stops(policy, work, {other}, eos=frozenset({eos}))
+    assert outputs == {rid: cut(out, stops) for rid, out in free_running.items()}
+
+
+def test_every_eos_id_stops(work, free_running, stops) -> None:
+    policy = ContinuousBatching(
+        num_blocks=512, block_size=4, max_batch_size=8, max_batched_tokens=4096
+    )
+    _, outputs, _ = serve_with_stops(policy, work, set(), eos=frozenset(stops))
     assert outputs == {rid: cut(out, stops) for rid, out in free_running.items()}
 
 

@@ -24,7 +24,7 @@ class DecodeOutcome:
 
     emitted: list[list[int]]
     drafted: int = 0  # tokens proposed beyond the first, summed over the batch
-    accepted: int = 0  # of which accepted
+    accepted: int = 0  # of which accepted (the engine records those emitted, after stops)
     verified: int = 0  # tokens the target computed, summed over the batch
     accepted_per_request: list[int] = field(default_factory=list)
 

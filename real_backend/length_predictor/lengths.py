@@ -49,8 +49,7 @@ def generate_lengths(
     options = ServeOptions(
         sampling=VanillaDecoderConfig(kind="vanilla", temperature=temperature),
         seed=seed,
-        eos_token_id=None,  # part of stop_ids
-        ignore_eos=False,
+        ignore_eos=False,  # EOS ids are part of stop_ids
         stop_token_ids=stop_ids,
     )
     engine = RealEngine(model, model.new_cache(num_blocks, BLOCK_SIZE), policy, options)

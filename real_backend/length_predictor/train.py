@@ -29,7 +29,7 @@ from real_backend.length_predictor.heads import HEAD_KINDS, HeadConfig, LengthHe
 from real_backend.length_predictor.lengths import generate_lengths
 from real_backend.length_predictor.metrics import length_errors
 from real_backend.model.loading import load_checkpoint
-from real_backend.serve import eos_token_id, stop_token_ids
+from real_backend.serve import eos_token_ids, stop_token_ids
 from workbench.errors import WorkbenchError
 from workbench.seeding import component_rng
 
@@ -82,9 +82,7 @@ def _make_data(model: Any, opts: TrainOptions, log: Log, seconds: dict[str, floa
     prompts = _prompts(opts).at_most(opts.max_prompt_tokens)
     if len(prompts) < 20:
         raise WorkbenchError(f"only {len(prompts)} prompts: too few to train on", field="--prompts")
-    stops = stop_token_ids(opts.checkpoint, opts.stop_texts)
-    eos = eos_token_id(opts.checkpoint)
-    stops = stops | ({eos} if eos is not None else set())
+    stops = stop_token_ids(opts.checkpoint, opts.stop_texts) | eos_token_ids(opts.checkpoint)
     log(f"generating up to {opts.max_new} tokens for {len(prompts)} prompts")
     t0 = time.perf_counter()
     lengths = generate_lengths(

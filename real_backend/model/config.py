@@ -95,6 +95,22 @@ class ModelArgs:
             architecture=arch,
         )
 
+    @property
+    def context_tokens(self) -> int:
+        """The longest sequence (prompt + output) the model has positions for.
+
+        transformers enforces no limit; its configs state it in `max_position_embeddings`.
+        llama3 scaling (like yarn and longrope) keeps the pre-training length apart, in
+        `original_max_position_embeddings` (transformers warns unless it is the smaller), so
+        `max_position_embeddings` already is the extended context. Linear scaling
+        (position interpolation) has no such key: `factor` divides every position, so the
+        model serves `factor` times `max_position_embeddings`, as transformers documents
+        (factor x handles x times the pre-training length) and vLLM derives max_model_len.
+        """
+        if self.rope_scaling is not None and self.rope_scaling["rope_type"] == "linear":
+            return int(self.max_position_embeddings * float(self.rope_scaling["factor"]))
+        return self.max_position_embeddings
+
     @classmethod
     def from_folder(cls, folder: str | Path) -> ModelArgs:
         path = Path(folder) / "config.json"
