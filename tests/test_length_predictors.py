@@ -72,6 +72,14 @@ def test_noisy_oracle_rounds_up_to_buckets() -> None:
     assert np.all(bucketed >= plain) and np.all(bucketed - plain <= 50)  # same draws, rounded up
 
 
+def test_noisy_oracle_never_predicts_beyond_its_max() -> None:
+    w = workload()
+    free = build_predictor(noisy(spread=1.0, bucket_tokens=50), 5).predict(w)
+    capped = build_predictor(noisy(spread=1.0, bucket_tokens=50, max_tokens=550), 5).predict(w)
+    assert free.max() > 550 and capped.max() == 550
+    assert np.array_equal(capped, np.minimum(free, 550))  # same draws, clipped
+
+
 def test_predictions_only_for_schedulers_that_use_them() -> None:
     w = workload(50)
     seqsched = SequenceSchedulingConfig(kind="sequence_scheduling")

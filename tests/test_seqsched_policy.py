@@ -151,6 +151,51 @@ def test_paper_metrics_from_the_records_of_a_hand_made_run() -> None:
     assert summary["fcr_ratio"] == pytest.approx(1 / 4)
 
 
+LONG_TRUTH, LONG_GUESS = [3, 50, 4, 8], [3, 25, 4, 8]  # request 1 is over the limit of 20
+
+
+def test_a_row_longer_than_every_cap_fails_once_and_counts_as_the_paper_counts_it() -> None:
+    """The paper's FCR rule: request 1 has no end any batch reaches. Its batch [3, 1] keeps
+    its cap of 25 (above the limit), runs 25 steps and fails it; the recompute batch (cap:
+    the limit) cuts it at 20 and it ends there: recomputed once, never failed again."""
+    policy = seqsched(batch_size=2, fcr=True, generation_limit=20)
+    workload = batch_workload(LONG_TRUTH, LONG_GUESS)
+    records = Simulation(workload, [policy], [LinearCost()], RoundRobin()).run()
+    assert batches_of(policy) == [((0, 2), 4, False), ((3, 1), 25, False), ((1,), 20, True)]
+    assert [log.failed for log in policy.batch_log] == [(), (1,), ()]
+    assert [log.steps for log in policy.batch_log] == [4, 25, 20]
+    assert records.requests.output_tokens.tolist() == [3, 20, 4, 8]  # cut at the limit
+    assert records.requests.preemptions.tolist() == [0, 1, 0, 0]
+    assert set(records.requests.status) == {"finished"}
+    summary = batch_summary(records)
+    assert summary["decode_iterations"] == 4 + 25 + 20
+    assert summary["fcr_ratio"] == pytest.approx(1 / 4)  # the paper's failure ratio
+    # The paper counts request 1 once, in its recompute batch, with what it generated there.
+    assert summary["effective_token_ratio_paper"] == pytest.approx(35 / (4 + 4 + 25 + 20))
+    assert summary["avg_batch_length"] == pytest.approx((4 + 4 + 25 + 20) / 4)
+    assert summary["effective_token_ratio"] == pytest.approx(35 / (2 * 4 + 2 * 25 + 1 * 20))
+
+
+def test_truncation_cuts_a_row_over_the_limit_where_it_runs_and_never_fails_it() -> None:
+    policy = seqsched(batch_size=2, fcr=True, generation_limit=20, over_limit="truncate")
+    workload = batch_workload(LONG_TRUTH, LONG_GUESS)
+    records = Simulation(workload, [policy], [LinearCost()], RoundRobin()).run()
+    assert batches_of(policy) == [((0, 2), 4, False), ((3, 1), 20, False)]  # cap clipped
+    assert records.requests.output_tokens.tolist() == [3, 20, 4, 8]
+    assert batch_summary(records)["fcr_ratio"] == 0
+    assert batch_summary(records)["decode_iterations"] == 4 + 20
+
+
+def test_without_fcr_a_row_over_the_limit_is_cut_at_the_limit_either_way() -> None:
+    for over_limit in ("recompute", "truncate"):
+        p = seqsched(batch_size=2, generation_limit=20, over_limit=over_limit)
+        for i, (t, g) in enumerate(zip(LONG_TRUTH, LONG_GUESS, strict=True)):
+            p.add(seq(i, t, g), 0.0)
+        out = drive(p)
+        assert out.generated == {0: 3, 2: 4, 3: 8, 1: 20} and out.preempted == [], over_limit
+        assert [log.steps for log in p.batch_log] == [4, 20], over_limit
+
+
 def test_a_member_stopped_early_by_the_engine_finishes_there() -> None:
     p = seqsched(batch_size=2)
     p.add(seq(0, 9, 9), 0.0)

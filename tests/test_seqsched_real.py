@@ -33,6 +33,11 @@ POLICIES = {
     "sorted, FCR": dict(batch_size=2, fcr=True, group_size=6),
     "VBS + FCR": dict(batch_size=2, fcr=True, vbs=True, group_size=12),
     "vanilla (arrival order, padded)": dict(batch_size=3, order="arrival", group_size=12),
+    # Request 10 (66 tokens) is over a limit of 40: the bucket-50 cap fails it, its
+    # recompute batch cuts it at 40 (the paper's rule).
+    "VBS + FCR, one over the limit": dict(
+        batch_size=2, fcr=True, vbs=True, group_size=12, generation_limit=40
+    ),
 }
 
 
@@ -48,14 +53,14 @@ def workload() -> tuple[Workload, list[list[int]]]:
 
 
 def policy(rules: dict) -> SequenceScheduling:
-    return seqsched(num_blocks=4000, generation_limit=128, **rules)
+    return seqsched(**({"num_blocks": 4000, "generation_limit": 128} | rules))
 
 
 def serve_real(p: SequenceScheduling) -> tuple[RunRecords, dict[int, list[int]], int]:
     """Records, outputs, and the KV blocks still held after the run."""
     model = random_model(vocab=VOCAB)
     cache = model.new_cache(p.num_blocks, BLOCK_SIZE)
-    options = ServeOptions(VanillaDecoderConfig(kind="vanilla"), seed=0, eos_token_id=None)
+    options = ServeOptions(VanillaDecoderConfig(kind="vanilla"), seed=0)
     records, outputs = RealEngine(model, cache, p, options).serve(*workload())
     return records, outputs, p.num_blocks - cache.num_free_blocks
 
@@ -106,3 +111,14 @@ def test_padded_batches_compute_live_slots_only_and_free_every_block(
     assert records.steps.prefill_tokens.sum() == sum(
         int(workload()[0].prompt_tokens[list(log.planned.request_ids)].sum()) for log in p.batch_log
     )
+
+
+def test_a_response_over_the_limit_fails_at_its_cap_then_is_cut_at_the_limit(
+    reference_outputs: dict[int, list[int]],
+) -> None:
+    p = policy(POLICIES["VBS + FCR, one over the limit"])
+    records, outputs, held = serve_real(p)
+    assert [(log.planned.cap_tokens, log.failed) for log in p.batch_log] == [(50, (10,)), (40, ())]
+    assert records.requests.output_tokens[10] == 40 and records.requests.preemptions[10] == 1
+    assert outputs[10] == reference_outputs[10][:40]  # restarted from zero, cut at the limit
+    assert held == 0

@@ -50,11 +50,21 @@ def test_arrival_order_keeps_the_group_order_and_caps_at_the_limit() -> None:
     assert [b.cap_tokens for b in batches] == [512, 512]
 
 
-def test_fcr_caps_a_batch_at_its_largest_prediction_never_above_the_limit() -> None:
-    rules = ScheduleRules(batch_size=2, generation_limit=100, fcr=True)
+@pytest.mark.parametrize(
+    ("over_limit", "caps"), [("recompute", [20, 700]), ("truncate", [20, 100])]
+)
+def test_fcr_caps_a_batch_at_its_largest_prediction(over_limit: str, caps: list[int]) -> None:
+    # The paper's code keeps a cap above the limit (its `max_length` is the prediction);
+    # truncation clips it to the limit.
+    rules = ScheduleRules(2, 100, fcr=True, over_limit=over_limit)  # type: ignore[arg-type]
     batches = plan_group([(0, 30), (1, 10), (2, 700), (3, 20)], rules)
     assert ids(batches) == [(1, 3), (0, 2)]
-    assert [b.cap_tokens for b in batches] == [20, 100]
+    assert [b.cap_tokens for b in batches] == caps
+
+
+def test_vbs_fcr_keeps_the_550_bucket_cap_above_a_512_limit() -> None:
+    batches = plan_group([(0, 513), (1, 40)], ScheduleRules(16, 512, vbs=True, fcr=True))
+    assert [(b.request_ids, b.cap_tokens) for b in batches] == [((0, 1), 550)]  # 50's tail moved
 
 
 def test_vbs_cuts_each_bucket_with_its_own_size() -> None:

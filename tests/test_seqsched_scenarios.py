@@ -16,7 +16,7 @@ from workbench.cli import main
 from workbench.store import ResultsStore
 
 SEQSCHED = Path(__file__).resolve().parent.parent / "scenarios" / "seqsched"
-STRATEGIES = ("vanilla", "sort", "vbs", "fcr", "vbs_fcr", "noisy_vbs_fcr")
+STRATEGIES = ("vanilla", "sort", "vbs", "fcr", "vbs_fcr", "noisy_sort", "noisy_vbs_fcr")
 COST_MODELS = ("roofline", "fixed_step")  # the sweep of every seqsched scenario, in order
 
 
@@ -53,11 +53,12 @@ def test_every_run_completes_and_carries_the_paper_metrics(summaries: dict) -> N
 
 
 def test_scheduling_by_predicted_length_beats_vanilla(summaries: dict) -> None:
+    # The paper measured 2.69 / 1.39 = 1.94 samples/s over vanilla with the oracle.
     for cost in COST_MODELS:
         vanilla, best = summaries[("vanilla", cost)], summaries[("vbs_fcr", cost)]
         assert best["effective_token_ratio"] > 1.5 * vanilla["effective_token_ratio"]
-        assert best["request_throughput"] > 2 * vanilla["request_throughput"]
-        assert best["decode_iterations"] < vanilla["decode_iterations"] / 2
+        assert best["request_throughput"] > 1.8 * vanilla["request_throughput"]
+        assert best["decode_iterations"] < vanilla["decode_iterations"] / 1.9
 
 
 def test_the_schedule_does_not_depend_on_the_cost_model(summaries: dict) -> None:
@@ -70,16 +71,33 @@ def test_the_schedule_does_not_depend_on_the_cost_model(summaries: dict) -> None
     assert vanilla["request_throughput"] == pytest.approx(expected)
 
 
-def test_an_oracle_that_never_underestimates_never_fails(summaries: dict) -> None:
-    # L_max >= L_t0.0 for every request: FCR caps never cut a member off.
-    for name in ("vanilla", "sort", "vbs", "fcr", "vbs_fcr"):
+def test_with_the_oracle_only_the_responses_over_the_limit_fail(summaries: dict) -> None:
+    # L_max >= L_t0.0 for every request: an FCR cap cuts off only the 12 responses that are
+    # known to exceed the 512 limit, and only FCR batches fail them.
+    for name in ("vanilla", "sort", "vbs"):
         summary = summaries[(name, "roofline")]
         assert summary["fcr_ratio"] == 0
         assert summary["effective_token_ratio"] == summary["effective_token_ratio_paper"]
-    assert (
-        summaries[("fcr", "roofline")]["decode_iterations"]
-        == (summaries[("sort", "roofline")]["decode_iterations"])
-    )
+    for name, without_fcr in (("fcr", "sort"), ("vbs_fcr", "vbs")):
+        summary, base = summaries[(name, "roofline")], summaries[(without_fcr, "roofline")]
+        assert summary["preemptions"] == 12
+        assert summary["effective_token_ratio"] < summary["effective_token_ratio_paper"]
+        # Their recompute batches run the limit again: ≥ 512 more steps per group of 256.
+        assert summary["decode_iterations"] >= base["decode_iterations"] + 4 * 512
+
+
+def test_truncating_at_the_limit_instead_never_fails_with_the_oracle(tmp_path: Path) -> None:
+    """`over_limit: truncate`: the responses over the limit end at 512 in their first batch,
+    FCR caps stop at the limit, so the oracle's FCR batches end where VBS alone ends them."""
+    out = io.StringIO()
+    args = ["run", str(SEQSCHED / "vbs_fcr.yaml"), "--db", str(tmp_path / "t.duckdb"), "--json"]
+    with contextlib.redirect_stdout(out):
+        assert main([*args, "--set", "scheduler.over_limit=truncate"]) == 0
+    truncated = json.loads(out.getvalue().splitlines()[0])
+    vbs = run_json(SEQSCHED / "vbs.yaml", tmp_path / "v.duckdb")[0]
+    assert truncated["fcr_ratio"] == 0
+    assert truncated["decode_iterations"] == vbs["decode_iterations"]
+    assert truncated["total_output_tokens"] == vbs["total_output_tokens"]
 
 
 def test_a_noisy_predictor_fails_some_and_the_paper_count_hides_their_waste(

@@ -10,12 +10,19 @@ is its number of steps, its slots the prefill step's batch size.
 - effective_token_ratio: useful tokens (output tokens of completed requests) over every
   computed token slot, Σ over steps of the batch size: padding and the wasted first
   attempts of FCR failures count as computed.
-- effective_token_ratio_paper: the paper's count, over the length of each completed
-  request's *final* batch (a recomputed failure's first attempt is dropped).
+- effective_token_ratio_paper: the paper's count (`src/benchmark.py`), over the length of
+  each completed request's *final* batch (a recomputed failure's first attempt is
+  dropped; a request cut at a cap counts what it generated there).
 - avg_batch_length: the paper's average length: mean over completed requests of their
-  final batch's length in steps, padding included (the paper adds one to each length).
-- fcr_ratio: FCR failures (restarts) per request; decode_iterations: engine steps
-  (forward passes, prefill steps included), summed over replicas.
+  final batch's length in steps, padding included.
+- fcr_ratio: FCR failures (restarts) per request, the paper's failure ratio (each failure
+  counted once: it is recomputed once); decode_iterations: engine steps (forward passes,
+  prefill steps included), summed over replicas.
+
+Two of the paper's conventions are left out: its `length` of a request is its final
+batch's iterations + 1, and its token count re-tokenizes the output with a BOS, so a row
+cut at the cap counts one token more than it generated (docs/seqsched.md gives the
+figures both ways; the + 1 moves avg_batch_length by 1 and the ratios by under 1%).
 """
 
 from __future__ import annotations

@@ -47,6 +47,12 @@ class NoisyOraclePredictorConfig(StrictModel):
         description="Round predictions up to a multiple of this, as a bucket classifier would "
         "(null: to the nearest token).",
     )
+    max_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        description="The largest prediction (after rounding), as a model trained on bounded "
+        "targets never predicts beyond them; null: unbounded.",
+    )
 
 
 class LearnedPredictorConfig(StrictModel):

@@ -14,7 +14,8 @@ from workbench.scenario.length_prediction import OraclePredictorConfig, Predicto
 class SequenceSchedulingConfig(StrictModel):
     """Groups of requests, sorted by predicted length, run as padded static batches.
 
-    `order: arrival` with `vbs` and `fcr` off is the paper's vanilla baseline.
+    `order: arrival` with `vbs` and `fcr` off is the paper's vanilla baseline; `over_limit`
+    only matters with `fcr` (without it every batch stops at the limit).
     """
 
     kind: Literal["sequence_scheduling"] = Field(
@@ -46,6 +47,14 @@ class SequenceSchedulingConfig(StrictModel):
         default=False,
         description="Failure collection and recomputation: stop a batch at its predicted "
         "length; unfinished members are recomputed after the group with the full limit.",
+    )
+    over_limit: Literal["recompute", "truncate"] = Field(
+        default="recompute",
+        description="A response longer than generation_limit. recompute (the paper's code): "
+        "its length is only known to exceed the limit, so it runs to its batch's cap; an FCR "
+        "cap (the prediction, kept even above the limit) fails it and its recompute batch "
+        "cuts it at the limit. truncate: it ends at the limit in any batch, never an FCR "
+        "failure, and FCR caps never exceed the limit.",
     )
     predictor: PredictorConfig = Field(
         default_factory=lambda: OraclePredictorConfig(kind="oracle"),

@@ -6,7 +6,9 @@ FCFS order while the batch size, the step's token budget and the KV blocks allow
 running sequence cannot get the blocks it needs, the most recently admitted running
 sequence is preempted by recompute: its blocks are freed and it goes back to the front
 of the queue (vLLM's default). Without chunked prefill a prompt is computed in one step;
-with it (Sarathi-Serve) the step's token budget is `chunk_size`, decodes first.
+with it (Sarathi-Serve) the step's token budget is `chunk_size`, decodes first, and a
+prompt takes its blocks chunk by chunk (vLLM V1) or all at admission (`whole_prompt_blocks`:
+vLLM V0, Vidur's Sarathi).
 
 A multi-token decoder (speculative, lookahead) sets `lookahead_slots`: each decode then
 computes up to `1 + lookahead_slots` tokens, holds KV room for them, and may emit extra
@@ -43,6 +45,7 @@ class ContinuousBatching(BatchPolicy):
         chunk_size: int = 512,
         lookahead_slots: int = 0,
         waiting: WaitingQueue | None = None,
+        whole_prompt_blocks: bool = False,
     ) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
@@ -59,6 +62,7 @@ class ContinuousBatching(BatchPolicy):
         self.running: dict[int, Sequence] = {}  # admission order; decode members included
         self.prefilling: dict[int, Sequence] = {}  # running, prompt not yet fully computed
         self.lookahead_slots = lookahead_slots
+        self.whole_prompt_blocks = whole_prompt_blocks  # blocks of the whole prompt at admission
         self.decoding = DecodeSet(block_size, lookahead_slots)
 
     # ------------------------------------------------------------------ engine interface
@@ -68,6 +72,9 @@ class ContinuousBatching(BatchPolicy):
 
     def outstanding(self) -> int:
         return len(self.waiting) + len(self.running)
+
+    def queued(self) -> int:
+        return len(self.waiting)
 
     def decode_sequences(self) -> list[Sequence]:
         return list(self.decoding.members.values())
@@ -146,7 +153,8 @@ class ContinuousBatching(BatchPolicy):
                 tokens = min(tokens, budget)
             elif tokens > budget:
                 break
-            need = blocks_for(tokens, self.block_size)
+            reserved = seq.prefill_remaining if self.whole_prompt_blocks else tokens
+            need = blocks_for(reserved, self.block_size)
             if self.free_blocks() - need < self.watermark_blocks:
                 break
             self.waiting.popleft()
@@ -160,7 +168,7 @@ class ContinuousBatching(BatchPolicy):
 
     def _grow(self, seq: Sequence, tokens: int, preempted: list[Sequence]) -> bool:
         """Give a prefilling `seq` blocks for `tokens` more; False if it was preempted."""
-        need = blocks_for(seq.computed + tokens, self.block_size) - seq.blocks
+        need = max(blocks_for(seq.computed + tokens, self.block_size) - seq.blocks, 0)
         while need > self.free_blocks():
             victim = self._preempt_newest()
             preempted.append(victim)

@@ -30,6 +30,7 @@ def _continuous(cfg: ContinuousBatchingConfig, num_blocks: int, slots: int) -> B
         chunk_size=cfg.chunk_size,
         lookahead_slots=slots,
         waiting=build_waiting_queue(cfg.admission),
+        whole_prompt_blocks=cfg.prompt_blocks == "whole_prompt",
     )
 
 

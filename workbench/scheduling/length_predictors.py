@@ -59,24 +59,28 @@ class ConstantPredictor(LengthPredictor):
 @dataclasses.dataclass
 class NoisyOraclePredictor(LengthPredictor):
     """oracle × (1 + bias) × exp(spread × z), z ~ N(0, 1): a lognormal error whose median
-    factor is 1 + bias; rounded to the nearest token or up to a bucket, at least 1."""
+    factor is 1 + bias; rounded to the nearest token or up to a bucket, at least 1, at most
+    `max_tokens`."""
 
     bias: float
     spread: float
     bucket_tokens: int | None
     rng: np.random.Generator
+    max_tokens: int | None = None
 
     def predict(self, workload: Workload) -> np.ndarray:
         z = self.rng.standard_normal(len(workload))  # (n,)
         noisy = oracle_tokens(workload) * (1.0 + self.bias) * np.exp(self.spread * z)  # (n,)
         if self.bucket_tokens is not None:
             noisy = np.ceil(noisy / self.bucket_tokens) * self.bucket_tokens
+        if self.max_tokens is not None:
+            noisy = np.minimum(noisy, self.max_tokens)
         return np.maximum(np.rint(noisy), 1).astype(np.int64)
 
 
 def _noisy(cfg: NoisyOraclePredictorConfig, seed: int, checkpoint: Path | None) -> LengthPredictor:
     rng = component_rng(seed, "length_predictor")
-    return NoisyOraclePredictor(cfg.bias, cfg.spread, cfg.bucket_tokens, rng)
+    return NoisyOraclePredictor(cfg.bias, cfg.spread, cfg.bucket_tokens, rng, cfg.max_tokens)
 
 
 def _constant(cfg: ConstantPredictorConfig, seed: int, checkpoint: Path | None) -> LengthPredictor:

@@ -44,6 +44,10 @@ class BatchPolicy(ABC):
         """Requests queued or running on this replica."""
 
     @abstractmethod
+    def queued(self) -> int:
+        """Requests waiting for admission on this replica (not yet running)."""
+
+    @abstractmethod
     def decode_sequences(self) -> list[Sequence]:
         """The sequences (padding slots included) that decode one token in the next step.
 

@@ -32,9 +32,20 @@ class LeastOutstanding(Router):
         return counts.index(min(counts))
 
 
+class LeastWaiting(Router):
+    """The replica with the fewest requests waiting for admission, running ones not counted;
+    ties go to the lowest index. Vidur's `lor` router: while every queue is empty, the first
+    replica takes the arrivals."""
+
+    def pick(self, replicas: Seq[BatchPolicy]) -> int:
+        counts = [r.queued() for r in replicas]
+        return counts.index(min(counts))
+
+
 ROUTERS: dict[str, type[Router]] = {
     "round_robin": RoundRobin,
     "least_outstanding": LeastOutstanding,
+    "least_waiting": LeastWaiting,
 }
 
 

@@ -12,9 +12,10 @@ Inside a group of requests (taken in arrival order):
   next non-empty bucket instead (it is batched there, with that bucket's size and cap);
 - a batch stops when all its members are done or at its cap: the generation limit, or
   with FCR (failure collection and recomputation) its predicted length: the bucket with
-  VBS, the largest member prediction without, never above the limit;
-- FCR failures (members not done at a cap below the limit) are recomputed after the
-  group's batches, in the order they failed, in batches of the base size, with the limit.
+  VBS, the largest member prediction without. The paper's code (`over_limit: recompute`)
+  keeps that cap even above the limit (a 550 bucket runs 550 steps); `truncate` clips it;
+- FCR failures (members not done at an FCR cap) are recomputed after the group's
+  batches, in the order they failed, in batches of the base size, with the limit as cap.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ VBS_BATCH_SIZES = {50: 256, 100: 128, 150: 64, 200: 32}  # bucket → batch size
 VBS_LONG_BATCH_SIZE = 16  # buckets of 250 tokens and more
 VBS_MIN_TAIL = 16  # a tail batch below max(size / 2, this) moves to the next bucket
 
+# What becomes of a response longer than the generation limit (see SequenceScheduling).
+OverLimit = Literal["recompute", "truncate"]
+
 
 @dataclass(frozen=True)
 class ScheduleRules:
@@ -35,6 +39,7 @@ class ScheduleRules:
     order: Literal["predicted", "arrival"] = "predicted"
     vbs: bool = False
     fcr: bool = False
+    over_limit: OverLimit = "recompute"  # the paper's code; "truncate": the limit is hard
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,9 @@ def plan_recompute(failed_ids: list[int], rules: ScheduleRules) -> list[PlannedB
 def _cap(predicted_tokens: int, rules: ScheduleRules) -> int:
     if not rules.fcr:
         return rules.generation_limit
-    return min(predicted_tokens, rules.generation_limit)
+    if rules.over_limit == "truncate":
+        return min(predicted_tokens, rules.generation_limit)
+    return predicted_tokens  # the paper's code: `max_length` = the bucket, even above 512
 
 
 def _chunks(ranked: list[tuple[int, int]], rules: ScheduleRules) -> list[list[int]]:

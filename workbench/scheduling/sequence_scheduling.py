@@ -5,14 +5,22 @@ padded static batch.
 A batch computes every slot every step: prompts are padded to the longest, a member that
 is done keeps its slot as padding, and the batch ends when all members are done or at its
 cap. KV is reserved for the padded rectangle up to the cap when the batch starts (an
-engine knows the cap, not the true lengths). Requests whose true length exceeds the
-generation limit are truncated at the limit, as in the paper: they end there, done.
+engine knows the cap, not the true lengths).
 
-FCR failures (members not done when a batch stops at a cap below the limit) are wasted
-work: their blocks are freed, their progress is reset (generation restarts from zero; the
-prompt is recomputed), and they are re-queued for the group's recompute batches. An
-engine sees a failure as a preemption (the next plan's `preempted`, `preemptions` + 1);
-the request's final record is that of its successful attempt, with its true length.
+FCR failures (members not done when a batch stops at an FCR cap) are wasted work: their
+blocks are freed, their progress is reset (generation restarts from zero; the prompt is
+recomputed), and they are re-queued for the group's recompute batches, which cut what
+still runs at their cap (the limit). An engine sees a failure as a preemption (the next
+plan's `preempted`, `preemptions` + 1); the request's final record is that of its last
+attempt.
+
+A response longer than the generation limit (`over_limit`):
+- `recompute`, as the paper's code: such a length is only known to exceed the limit (the
+  paper's lengths were measured with it), so no batch reaches its end: a batch runs it to
+  its cap. An FCR cap (the prediction, even above the limit) fails it, once; its recompute
+  batch, and any batch without FCR (capped at the limit), cut it at the limit, done. On the
+  real backend it may still end earlier at a real stop (EOS), as in the paper's code.
+- `truncate`: it is cut at the limit in whatever batch it runs, done, never a failure.
 """
 
 from __future__ import annotations
@@ -35,6 +43,10 @@ from workbench.scheduling.seqsched_rules import (
     plan_recompute,
 )
 from workbench.scheduling.sequence import Sequence
+
+# The length stop of a response longer than the limit under `over_limit: recompute`: beyond
+# every cap, so only a cap (or a real stop) ends it.
+NO_END_TOKENS = 1 << 40
 
 
 @dataclass(frozen=True)
@@ -81,11 +93,16 @@ class SequenceScheduling(BatchPolicy):
         needs_prediction = self.rules.order == "predicted" or self.rules.fcr
         if needs_prediction and seq.predicted_tokens is None:
             raise ValueError(f"request {seq.request_id} has no predicted length")
-        seq.output_tokens = min(seq.output_tokens, self.rules.generation_limit)  # truncation
+        if seq.output_tokens > self.rules.generation_limit:
+            truncate = self.rules.over_limit == "truncate"
+            seq.output_tokens = self.rules.generation_limit if truncate else NO_END_TOKENS
         self.waiting.append(seq)
 
     def outstanding(self) -> int:
         return len(self.waiting) + len(self.group)
+
+    def queued(self) -> int:
+        return len(self.waiting)
 
     def decode_sequences(self) -> list[Sequence]:
         batch = self.batch
@@ -119,13 +136,20 @@ class SequenceScheduling(BatchPolicy):
         finished, batch.live = advance_padded_batch(
             batch.live, batch.padded_prompt, batch.steps, n_steps, stopped
         )
+        at_cap = batch.steps >= batch.planned.cap_tokens
+        if at_cap and not self._fails_at_cap(batch.planned):
+            finished, batch.live = finished + batch.live, []  # cut at the cap (the limit)
         for seq in finished:
             del self.group[seq.request_id]
-        if not batch.live or batch.steps >= batch.planned.cap_tokens:
+        if not batch.live or at_cap:
             self._end_batch(batch)
         return StepResult(started=started, finished=finished)
 
     # ------------------------------------------------------------------ groups and batches
+
+    def _fails_at_cap(self, planned: PlannedBatch) -> bool:
+        """FCR batches fail what is still running at their cap; the others cut it there."""
+        return self.rules.fcr and not planned.recompute
 
     def _next_batch(self) -> PlannedBatch | None:
         if not self.pending:
@@ -151,7 +175,8 @@ class SequenceScheduling(BatchPolicy):
     def _start(self, planned: PlannedBatch) -> None:
         members = [self.group[i] for i in planned.request_ids]
         padded = max(s.prompt_tokens for s in members)
-        blocks = len(members) * blocks_for(padded + planned.cap_tokens, self.block_size)
+        # A slot caches the padded prompt and every generated token but the last.
+        blocks = len(members) * blocks_for(padded + planned.cap_tokens - 1, self.block_size)
         if blocks > self.num_blocks:
             raise WorkbenchError(
                 f"a batch of {len(members)} × ({padded} prompt + {planned.cap_tokens} generated) "
@@ -168,7 +193,7 @@ class SequenceScheduling(BatchPolicy):
     def _end_batch(self, batch: _RunningBatch) -> None:
         live = {s.request_id for s in batch.live}
         failed = tuple(s.request_id for s in batch.members if s.request_id in live)  # slot order
-        for request_id in failed:  # not done at an FCR cap: the attempt is wasted
+        for request_id in failed:  # still running at an FCR cap: the attempt is wasted
             seq = self.group[request_id]
             seq.generated = seq.computed = 0
             seq.preemptions += 1

@@ -43,6 +43,9 @@ class StaticBatching(BatchPolicy):
     def outstanding(self) -> int:
         return len(self.waiting) + len(self.live)
 
+    def queued(self) -> int:
+        return len(self.waiting)
+
     def next_wakeup_s(self, now: float) -> float | None:
         if self.batch or not self.waiting:
             return None
