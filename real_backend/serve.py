@@ -18,6 +18,7 @@ from real_backend.prompts import request_prompts
 from workbench.errors import WorkbenchError
 from workbench.records import RunRecords
 from workbench.scenario.decoders import (
+    PIPELINE_DECODER_KINDS,
     DecoderConfig,
     SamplingConfig,
     SpeculativeDecoderConfig,
@@ -42,6 +43,16 @@ def serve_scenario(scenario: Scenario, progress=None) -> RunRecords:
     if scenario.hardware.replicas != 1 or scenario.hardware.tensor_parallel != 1:
         raise WorkbenchError(
             "the real backend serves one replica on one device", field="hardware.replicas"
+        )
+    if scenario.decoder.kind in PIPELINE_DECODER_KINDS:  # stage processes: its own server
+        from real_backend.pipeline.serve import serve_pipeline
+
+        return serve_pipeline(scenario, progress)
+    if scenario.hardware.pipeline_parallel > 1:
+        raise WorkbenchError(
+            f"decoder {scenario.decoder.kind!r} runs on one device; pipeline stages run decoder "
+            "kind pipeline (plain) or pipeinfer (speculative)",
+            field="hardware.pipeline_parallel",
         )
     folder = checkpoint_folder(scenario)
     device = pick_device(scenario.hardware.gpu)

@@ -1,4 +1,10 @@
-"""Build a comparison report (HTML + Markdown + PNGs) from the results database alone."""
+"""Build a comparison report (HTML + Markdown + PNGs) from the results database alone.
+
+The report answers first: warnings about results not to take at face value (saturated
+runs, uncalibrated simulator twins), each run against a baseline with the winner of every
+metric, SLO attainment; then narrow tables and figures, every run named by its label
+(`reports.labels`) and drawn in one colour throughout.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +13,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reports.collect import RunData, collect_run
+from reports.collect import RunData, assign_labels, collect_run
 from reports.content import FigureImage, Report, Table
 from reports.decoders import decoder_tables, sim_vs_real_table
+from reports.headline import headline_table, slo_table
 from reports.html import render_html
 from reports.markdown import render_markdown
-from reports.tables import latency_table, overview_table, seqsched_table
+from reports.sweeps import rate_sweep_curves
+from reports.tables import latency_tables, runs_table, seqsched_table, throughput_table
+from reports.warnings import report_warnings
 from workbench.errors import WorkbenchError
 from workbench.store import ResultsStore
 
@@ -20,28 +29,41 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def build_report(store: ResultsStore, run_ids: list[str] | None, out_dir: Path) -> Path:
+def build_report(
+    store: ResultsStore, run_ids: list[str] | None, out_dir: Path, *, baseline: str | None = None
+) -> Path:
     """Write out_dir/report.html (self-contained), out_dir/report.md and its PNGs.
 
-    run_ids: full ids or unique prefixes; None reports every run. Returns the HTML path.
-    """
+    run_ids: full ids or unique prefixes; None reports every run. baseline: the run the
+    headline compares the others with (default: the first); added when not among run_ids.
+    Returns the HTML path."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed; selected here, not when reports is imported
-    runs = [collect_run(store, run_id) for run_id in _resolve(store, run_ids)]
+    ids = _resolve(store, run_ids)
+    base_id = store.resolve_run_id(baseline) if baseline is not None else ids[0]
+    if base_id not in ids:
+        ids.insert(0, base_id)
+    runs = [collect_run(store, run_id) for run_id in ids]
+    assign_labels(runs)
+    base = next(run for run in runs if run.run_id == base_id)
     report = Report(
         title="Decoding workbench report",
         facts=[
             ("Database", store.path),
             ("Runs", str(len(runs))),
+            ("Baseline", f"{base.label} (run {base.run_id})"),
             ("Generated", datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")),
         ],
-        tables=_tables(runs),
+        warnings=report_warnings(runs),
+        headline=_headline(runs, base),
         figures=_figures(runs),
+        tables=_tables(runs),
+        detail_figures=_detail_figures(runs),
     )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for figure in report.figures:
+    for figure in report.all_figures:
         (out_dir / f"{figure.name}.png").write_bytes(figure.png)
     (out_dir / "report.md").write_text(render_markdown(report), encoding="utf-8")
     html_path = out_dir / "report.html"
@@ -59,8 +81,14 @@ def _resolve(store: ResultsStore, run_ids: list[str] | None) -> list[str]:
     return ids
 
 
+def _headline(runs: list[RunData], baseline: RunData) -> list[Table]:
+    tables = [headline_table(runs, baseline)] if len(runs) > 1 else []
+    slo = slo_table(runs)
+    return tables + ([slo] if slo is not None else [])
+
+
 def _tables(runs: list[RunData]) -> list[Table]:
-    tables = [overview_table(runs), latency_table(runs)]
+    tables = [runs_table(runs), throughput_table(runs), *latency_tables(runs)]
     batched = [run for run in runs if run.batches is not None]
     if batched:
         tables.append(seqsched_table(batched))
@@ -74,29 +102,50 @@ def _tables(runs: list[RunData]) -> list[Table]:
 def _figures(runs: list[RunData]) -> list[FigureImage]:
     from reports import figures  # imports matplotlib, after the backend is chosen
 
-    images = [
-        _image(f"cdf_{metric}", f"{metric.upper()} CDF", figures.latency_cdf(runs, metric))
-        for metric in ("ttft", "tpot", "e2e")
-    ]
+    images = []
+    curves = rate_sweep_curves(runs)
+    if curves:
+        caption = (
+            "One curve per configuration (runs equal but for the arrival rate). ★ the knee: "
+            "the highest rate before the first saturated run; × saturated runs; dotted red: "
+            "SLO limits."
+        )
+        images.append(
+            _image("rate_sweep", "Sweep over arrival rate", figures.rate_sweep(curves), caption)
+        )
+    for metric in ("ttft", "tpot", "e2e"):
+        figure = figures.latency_cdf(runs, metric)
+        caption = "Dotted red: the SLO limit." if figures.slo_thresholds(runs, metric) else ""
+        images.append(_image(f"cdf_{metric}", f"{metric.upper()} CDF", figure, caption))
     images.append(_image("throughput", "Throughput and goodput", figures.throughput_bars(runs)))
+    return images
+
+
+def _detail_figures(runs: list[RunData]) -> list[FigureImage]:
+    from reports import figures
+
+    images = []
     batched = [run for run in runs if run.batches is not None]
     if batched:
         figure = figures.batch_length_vs_useful(batched)
         images.append(_image("batch_lengths", "Batch length against useful tokens", figure))
-    groups = figures.sweep_groups(runs)
-    if groups:
-        images.append(_image("rate_sweep", "Sweep over arrival rate", figures.rate_sweep(groups)))
     for index, run in enumerate(runs):
-        caption = "Time-binned means (at most 5000 points per run)."
+        caption = f"Run {run.run_id}. Time-binned means (at most 5000 points per run)."
         if run.replicas_total > len(run.step_series):
             caption += f" First {len(run.step_series)} of {run.replicas_total} replicas shown."
         name = f"steps_{index:02d}_" + re.sub(r"[^A-Za-z0-9_.-]", "_", run.run_id)
         figure = figures.steps_over_time(run)
-        images.append(_image(name, f"Engine steps over time: {run.run_id}", figure, caption))
+        images.append(_image(name, f"Engine steps over time: {run.label}", figure, caption))
     return images
 
 
 def _image(name: str, title: str, figure: Figure, caption: str = "") -> FigureImage:
-    from reports.figures import png_bytes
+    from reports.figures import display_width_px, png_bytes
 
-    return FigureImage(name=name, title=title, png=png_bytes(figure), caption=caption)
+    return FigureImage(
+        name=name,
+        title=title,
+        png=png_bytes(figure),
+        caption=caption,
+        width_px=display_width_px(figure),
+    )

@@ -6,19 +6,19 @@ module), and dropped; a report keeps only the latency samples and downsampled st
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from pydantic import ValidationError
 
+from reports.labels import run_labels
 from workbench import metrics
 from workbench.batch_metrics import Batches, find_batches
 from workbench.decoder_metrics import category_breakdown
 from workbench.records import StepRecords
 from workbench.scenario.system import SLOConfig
 from workbench.store import ResultsStore
+from workbench.store.summaries import config_dict, run_slo
 
 MAX_STEP_POINTS = 5000  # per run, over all replicas drawn
 MAX_REPLICAS_DRAWN = 8
@@ -35,16 +35,17 @@ class RunData:
     batches: Batches | None = None  # static-batch runs: per batch length, slots, useful tokens
     # prompt category → completed, mean_tpot_ms, mean_tokens_per_decode_step (empty: none)
     by_category: dict[str, dict[str, metrics.Number]] = field(default_factory=dict)
+    slo: SLOConfig | None = None
+    label: str = ""  # what tells it apart from the report's other runs (`assign_labels`)
+    colour: str = "C0"  # its colour in every figure
 
     @property
     def run_id(self) -> str:
         return str(self.run["run_id"])
 
     @property
-    def label(self) -> str:
-        return f"{self.run_id[:10]} · {self.run['scenario_name']} · {self.run['backend']}/" + str(
-            self.run["decoder"]
-        )
+    def saturated(self) -> bool:
+        return bool(self.summary.get("saturated"))
 
     @property
     def rate_per_s(self) -> float | None:
@@ -70,7 +71,7 @@ class RunData:
 
 def collect_run(store: ResultsStore, run_id: str) -> RunData:
     run = store.get_run(run_id)
-    config = _parse_config(run["config_json"])
+    config = config_dict(run["config_json"])
     records = store.load_records(run["run_id"])
     per_request = metrics.request_metrics(records)
     done = per_request["finished"]
@@ -79,7 +80,8 @@ def collect_run(store: ResultsStore, run_id: str) -> RunData:
         for name in ("ttft", "tpot", "e2e")
     }
     series, total = _step_series(records.steps)
-    summary = metrics.summarize(records, slo_from_config(config))
+    slo = run_slo(config)
+    summary = metrics.summarize(records, slo)
     return RunData(
         run=run,
         config=config,
@@ -89,23 +91,30 @@ def collect_run(store: ResultsStore, run_id: str) -> RunData:
         replicas_total=total,
         batches=find_batches(records) if "effective_token_ratio" in summary else None,
         by_category=category_breakdown(records),
+        slo=slo,
     )
 
 
-def _parse_config(config_json: str) -> dict[str, Any]:
-    try:
-        config = json.loads(config_json)
-    except (TypeError, json.JSONDecodeError):
-        return {}
-    return config if isinstance(config, dict) else {}
+def assign_labels(runs: list[RunData]) -> None:
+    """Each run's label (what tells it apart, `reports.labels`) and its colour: tab10's
+    colours while they last, then tab20's, so a run keeps one colour in every figure."""
+    labels = run_labels(
+        [run.config for run in runs],
+        [str(run.run["scenario_name"]) for run in runs],
+        [run.run.get("label") for run in runs],
+    )
+    palette = "tab10" if len(runs) <= 10 else "tab20"
+    for index, (run, label) in enumerate(zip(runs, labels, strict=True)):
+        run.label = label
+        run.colour = _palette_colour(palette, index)
 
 
-def slo_from_config(config: dict[str, Any]) -> SLOConfig | None:
-    """The run's SLOs, or None when the stored config has none (or an unreadable one)."""
-    try:
-        return SLOConfig.model_validate(config.get("slo") or {})
-    except ValidationError:
-        return None
+def _palette_colour(palette: str, index: int) -> str:
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    colours = colormaps[palette].colors  # type: ignore[attr-defined]
+    return to_hex(colours[index % len(colours)])
 
 
 def _step_series(steps: StepRecords) -> tuple[dict[int, dict[str, np.ndarray]], int]:

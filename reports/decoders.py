@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from reports.collect import RunData
 from reports.content import Table
-from reports.matching import simulator_twin, vanilla_baseline
-from reports.tables import MISSING, format_number
+from reports.matching import twin_is_calibrated, twin_pairs, vanilla_baseline
+from reports.tables import MISSING, format_number, run_name
 from workbench.decoder_metrics import MAX_POSITIONS
 from workbench.metrics import Number
 
@@ -44,11 +44,10 @@ def speedup_table(drafting: list[RunData], runs: list[RunData]) -> Table:
         base = vanilla_baseline(run, runs)
         b = base.summary if base is not None else {}
         rows.append([
-            run.run_id,
-            str(run.run["scenario_name"]),
+            run_name(run),
             str(run.run["backend"]),
             str(run.run["decoder"]),
-            base.run_id if base is not None else MISSING,
+            base.label if base is not None else MISSING,
             format_number(s.get("mean_tokens_per_decode_step"), 2),
             format_number(s.get("acceptance_rate"), 3),
             _positions(run),
@@ -62,7 +61,6 @@ def speedup_table(drafting: list[RunData], runs: list[RunData]) -> Table:
         title="Multi-token decoders: speed-up over vanilla",
         headers=[
             "Run",
-            "Scenario",
             "Backend",
             "Decoder",
             "Vanilla run",
@@ -76,7 +74,8 @@ def speedup_table(drafting: list[RunData], runs: list[RunData]) -> Table:
             "Output tok/s ratio",
         ],
         rows=rows,
-        text_columns=5,
+        text_columns=4,
+        row_titles=[f"run {run.run_id}" for run in drafting],
         note="Vanilla run: the latest vanilla run with the same configuration but for its "
         "name, decoder, SLOs, sweep and simulator options. TPOT speed-up = its mean TPOT / "
         "this run's. Tokens/step: per decoding sequence and step (prefill emissions left "
@@ -88,13 +87,14 @@ def speedup_table(drafting: list[RunData], runs: list[RunData]) -> Table:
 
 
 def category_table(runs: list[RunData], all_runs: list[RunData]) -> Table:
-    rows = []
+    rows, titles = [], []
     for run in runs:
         base = vanilla_baseline(run, all_runs)
         for category, stats in run.by_category.items():
             vanilla = base.by_category.get(category, {}) if base is not None else {}
+            titles.append(f"run {run.run_id}")
             rows.append([
-                run.run_id,
+                run_name(run),
                 str(run.run["decoder"]),
                 category,
                 format_number(stats["completed"], 0),
@@ -117,6 +117,7 @@ def category_table(runs: list[RunData], all_runs: list[RunData]) -> Table:
         ],
         rows=rows,
         text_columns=3,
+        row_titles=titles,
         note="Requests carrying a prompt category (workload.prompts); the vanilla column is "
         "the same category in the run's vanilla baseline.",
     )
@@ -128,14 +129,14 @@ def _error(sim: Number, real: Number) -> str:
 
 
 def sim_vs_real_table(runs: list[RunData]) -> Table | None:
-    """Each real run beside its simulator twin (None without any pair)."""
-    rows = []
-    for real in runs:
-        twin = simulator_twin(real, runs) if real.run["backend"] == "real" else None
-        if twin is None:
-            continue
+    """Each real run beside its simulator twin (None without any pair); an uncalibrated
+    twin is marked as such."""
+    rows, titles = [], []
+    for real, twin in twin_pairs(runs):
         r, s = real.summary, twin.summary
-        row = [str(real.run["scenario_name"]), str(real.run["decoder"]), real.run_id, twin.run_id]
+        calibrated = "" if twin_is_calibrated(twin) else " (uncalibrated)"
+        titles.append(f"real run {real.run_id}, simulated run {twin.run_id}")
+        row = [run_name(real), run_name(twin), twin.cost_model + calibrated]
         for key, decimals in (
             ("mean_tokens_per_decode_step", 2),
             ("mean_tpot_ms", 2),
@@ -149,10 +150,9 @@ def sim_vs_real_table(runs: list[RunData]) -> Table | None:
     return Table(
         title="Simulator vs real",
         headers=[
-            "Scenario",
-            "Decoder",
             "Real run",
             "Sim run",
+            "Sim cost model",
             "Tokens/step real",
             "sim",
             "error",
@@ -164,9 +164,12 @@ def sim_vs_real_table(runs: list[RunData]) -> Table | None:
             "error",
         ],
         rows=rows,
-        text_columns=4,
+        text_columns=3,
+        row_titles=titles,
         note="Sim run: the latest simulated run with the real run's configuration but for "
         "its backend, name, SLOs, sweep, simulator options, cost model and the decoder's "
         "simulator-only fields (acceptance, tokens_per_step, calibrate_from). Error = sim / "
-        "real − 1. Tokens/step is blank for vanilla runs.",
+        "real − 1. Tokens/step is blank for vanilla runs. An uncalibrated sim run is priced by "
+        "a cost model not fitted to the real run's device: its times are not a prediction of "
+        "the real run's, only the schedule and token counts compare.",
     )

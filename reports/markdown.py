@@ -8,9 +8,16 @@ from reports.content import FigureImage, Report, Table
 def render_markdown(report: Report) -> str:
     lines = [f"# {_inline(report.title)}", ""]
     lines += [f"- **{_inline(k)}**: {_inline(v)}" for k, v in report.facts]
-    for table in report.tables:
+    if report.warnings:
+        lines += ["", "## Warnings", ""]
+        lines += [f"- {_inline(warning)}" for warning in report.warnings]
+    for table in report.headline:
         lines += ["", *_table(table)]
     for figure in report.figures:
+        lines += ["", *_figure(figure)]
+    for table in report.tables:
+        lines += ["", *_table(table)]
+    for figure in report.detail_figures:
         lines += ["", *_figure(figure)]
     return "\n".join(lines) + "\n"
 

@@ -6,6 +6,9 @@
 - A real run's *simulator twin*: a simulated run whose configuration equals the real run's
   but for `name`, `backend`, `slo`, `sweep`, `simulator`, `cost_model` and the decoder's
   simulator-only fields (`acceptance`, `tokens_per_step`, `calibrate_from`); the latest.
+  A twin is *calibrated* only when its cost model was fitted to the real run's own device
+  (a cost model kind in CALIBRATED_COST_MODELS); roofline, fixed-step, Vidur-profile and
+  catalog-fitted prices of a real run are not, and reports say so beside the pair.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from reports.collect import RunData
 BASELINE_IGNORED = ("name", "decoder", "slo", "sweep", "simulator")
 TWIN_IGNORED = ("name", "backend", "slo", "sweep", "simulator", "cost_model")
 SIMULATOR_ONLY_DECODER_FIELDS = ("acceptance", "tokens_per_step", "calibrate_from")
+# Cost model kinds calibrated on the device of the real run they stand beside.
+CALIBRATED_COST_MODELS = frozenset({"calibrated"})
 
 
 def config_key(config: dict[str, Any], ignored: tuple[str, ...]) -> str:
@@ -36,6 +41,20 @@ def vanilla_baseline(run: RunData, runs: list[RunData]) -> RunData | None:
 
 def simulator_twin(real: RunData, runs: list[RunData]) -> RunData | None:
     return _latest_match(real, runs, TWIN_IGNORED, "backend", "sim")
+
+
+def twin_is_calibrated(twin: RunData) -> bool:
+    return twin.config.get("cost_model", {}).get("kind") in CALIBRATED_COST_MODELS
+
+
+def twin_pairs(runs: list[RunData]) -> list[tuple[RunData, RunData]]:
+    """(real run, its simulator twin) for each real run that has one."""
+    pairs = []
+    for real in runs:
+        twin = simulator_twin(real, runs) if real.run["backend"] == "real" else None
+        if twin is not None:
+            pairs.append((real, twin))
+    return pairs
 
 
 def _latest_match(

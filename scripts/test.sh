@@ -3,6 +3,7 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/setup-env.sh"
 setup_env dev,real,kernels  # kernels: Triton, tested on CPU through its interpreter
+install_chromium  # the report's browser test; skipped where it cannot be installed
 ruff check .
 ruff format --check .
 python -m pytest "$@"

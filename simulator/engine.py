@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import simpy
+from simpy.core import StopSimulation
 
 from simulator.cost_models.base import CostModel
 from simulator.decoders.stepper import MultiTokenStepper
+from simulator.pipeline import StagePipeline
 from simulator.replica import SimReplica, at
 from workbench.recorder import Recorder
 from workbench.records import RunRecords
@@ -17,6 +20,16 @@ from workbench.scheduling.sequence import Sequence
 from workbench.workload.requests import Workload
 
 ProgressFn = Callable[[int], None]  # called with the number of newly finished requests
+
+
+class RunMonitor(Protocol):
+    """Watches a run as it goes and may end it early (a capacity search's clearly lost
+    probe). Each call returns the reason to stop now, or None."""
+
+    def after_arrivals(self, recorder: Recorder, now_s: float) -> str | None: ...
+
+    def after_finish(self, recorder: Recorder, request_id: int, now_s: float) -> str | None: ...
+
 
 # Bulk spans are capped so one span's arrays stay small; the cap changes no result.
 MAX_SPAN_STEPS = 4096
@@ -33,8 +46,13 @@ class Simulation:
         bulk_steps: bool = True,
         progress: ProgressFn | None = None,
         decoders: list[MultiTokenStepper | None] | None = None,
+        monitor: RunMonitor | None = None,
+        pipelines: list[StagePipeline | None] | None = None,
     ) -> None:
-        """decoders: per replica, the multi-token decoder's stepper (None: vanilla)."""
+        """decoders: per replica, the multi-token decoder's stepper (None: vanilla).
+        monitor: may stop the run early; `stop_reason` then says why. pipelines: per
+        replica, the stages it shares (pipeline parallelism: each replica here is one
+        virtual engine of a pipelined replica); None: none."""
         self.workload = workload
         self.env = simpy.Environment()
         self.recorder = Recorder(len(workload))
@@ -43,12 +61,17 @@ class Simulation:
         self.progress = progress
         span = MAX_SPAN_STEPS if bulk_steps else 1
         steppers = decoders if decoders is not None else [None] * len(policies)
+        stages = pipelines if pipelines is not None else [None] * len(policies)
         self.replicas = [
-            SimReplica(self.env, i, p, c, self.recorder, self._on_finish, span, d)
-            for i, (p, c, d) in enumerate(zip(policies, cost_models, steppers, strict=True))
+            SimReplica(self.env, i, p, c, self.recorder, self._on_finish, span, d, s)
+            for i, (p, c, d, s) in enumerate(
+                zip(policies, cost_models, steppers, stages, strict=True)
+            )
         ]
         self._next_request = 0  # closed loop: next request id to issue
         self._releases: dict[float, list[int]] = {}  # closed loop: release time → finished ids
+        self.monitor = monitor
+        self.stop_reason: str | None = None
 
     def run(self) -> RunRecords:
         if self.workload.is_closed_loop:
@@ -75,6 +98,8 @@ class Simulation:
             while i < n and arrival[i] == t:  # simultaneous arrivals are routed together
                 self._route(i, t)
                 i += 1
+            if self.monitor is not None:
+                self._stop_if(self.monitor.after_arrivals(self.recorder, t))
 
     def _route(self, request_id: int, now_s: float) -> None:
         w = self.workload
@@ -98,9 +123,19 @@ class Simulation:
         self._next_request = first
         at(self.env, 0.0, lambda: [self._route(i, 0.0) for i in range(first)], urgent=False)
 
+    def _stop_if(self, reason: str | None) -> None:
+        if reason is None or self.stop_reason is not None:
+            return
+        self.stop_reason = reason
+        stop = self.env.event()
+        stop.callbacks.append(StopSimulation.callback)  # ends env.run() when processed
+        stop.succeed(reason)
+
     def _on_finish(self, seq: Sequence, now_s: float) -> None:
         if self.progress is not None:
             self.progress(1)
+        if self.monitor is not None:
+            self._stop_if(self.monitor.after_finish(self.recorder, seq.request_id, now_s))
         if not self.workload.is_closed_loop:
             return
         release_s = now_s + self.workload.think_time_s

@@ -21,6 +21,7 @@ from simpy.events import URGENT
 
 from simulator.cost_models.base import CostModel, StepWork
 from simulator.decoders.stepper import MultiTokenStepper, StepDraw
+from simulator.pipeline import StagePipeline
 from workbench.recorder import Recorder
 from workbench.scheduling.plan import StepPlan
 from workbench.scheduling.policy import BatchPolicy
@@ -54,7 +55,10 @@ class SimReplica:
         on_finish: Callable[[Sequence, float], None],
         max_span_steps: int,
         decoder: MultiTokenStepper | None = None,
+        pipeline: StagePipeline | None = None,
     ) -> None:
+        """pipeline: the stages this replica (a virtual engine of a pipeline-parallel
+        replica) shares with its siblings; its steps then run one at a time through them."""
         self.env = env
         self.index = index
         self.policy = policy
@@ -63,6 +67,7 @@ class SimReplica:
         self.on_finish = on_finish
         self.max_span_steps = max_span_steps
         self.decoder = decoder
+        self.pipeline = pipeline
         self._draw: StepDraw | None = None  # the multi-token decode step in flight
         self.clock_s = 0.0  # exact end of the last committed step
         self._plan: StepPlan | None = None
@@ -109,10 +114,16 @@ class SimReplica:
             return
         self._close_spans(plan.preempted, plan.step - 1)
         self._release_drafts(plan.preempted)
-        steps = min(plan.repeatable_steps, self.max_span_steps)
+        steps = 1 if self.pipeline else min(plan.repeatable_steps, self.max_span_steps)
         durations = self._durations(plan, steps)  # (steps,)
         self._plan = plan
-        self._ends = np.add.accumulate(np.concatenate(([self.clock_s], durations)))[1:]
+        if self.pipeline is not None:
+            tokens = plan.prefill_tokens + (
+                self._draw.verified if self._draw is not None else plan.decode_batch_size
+            )
+            self._ends = np.array([self.pipeline.run(self.clock_s, float(durations[0]), tokens)])
+        else:
+            self._ends = np.add.accumulate(np.concatenate(([self.clock_s], durations)))[1:]
         self._steps = self._steps_before(plan.replan_at_s, steps)
         self._arm(self._ends[self._steps - 1])
 

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from simulator.capacity import kv_capacity_blocks
+from simulator.capacity import check_tensor_parallel, kv_capacity_blocks
 from simulator.catalogs.hardware import get_gpu
-from simulator.catalogs.models import resolve_model
+from simulator.catalogs.models import ModelSpec, resolve_model
+from simulator.cost_models.base import CostModel
 from simulator.cost_models.factory import build_cost_model
 from simulator.decoders.factory import build_steppers, draft_spec
-from simulator.engine import ProgressFn, Simulation
+from simulator.decoders.stepper import MultiTokenStepper
+from simulator.engine import ProgressFn, RunMonitor, Simulation
+from simulator.pipeline import StagePipeline, stage_pipeline
+from workbench.errors import WorkbenchError
 from workbench.records import RunRecords
-from workbench.scenario.decoders import lookahead_slots
+from workbench.scenario.decoders import PIPELINE_DECODER_KINDS, lookahead_slots
 from workbench.scenario.scenario import Scenario
 from workbench.scenario.system import ContinuousBatchingConfig
 from workbench.scheduling.factory import build_policy, check_feasible
@@ -28,8 +33,12 @@ def replica_kv_blocks(scenario: Scenario) -> int:
     """KV blocks of one replica, derived from memory as real engines do (or given)."""
     sched = scenario.scheduler
     hw = scenario.hardware
-    max_tokens = sched.max_batched_tokens if isinstance(sched, ContinuousBatchingConfig) else None
-    extra = {"max_batched_tokens": max_tokens} if max_tokens else {}
+    extra = {}
+    if isinstance(sched, ContinuousBatchingConfig):  # its activation peak: one step's budget
+        budget = sched.max_batched_tokens
+        extra["max_batched_tokens"] = (
+            min(budget, sched.chunk_size) if sched.chunked_prefill else budget
+        )
     return kv_capacity_blocks(
         resolve_model(scenario.model),
         get_gpu(hw.gpu),
@@ -37,22 +46,37 @@ def replica_kv_blocks(scenario: Scenario) -> int:
         scenario.model.dtype,
         sched.kv_cache,
         draft=draft_spec(scenario),
+        pipeline_parallel=hw.pipeline_parallel,
         **extra,
     )
 
 
-def simulate(
-    scenario: Scenario,
-    workload: Workload | None = None,
-    progress: ProgressFn | None = None,
-    store: ResultsStore | None = None,
-) -> RunRecords:
-    """store: the results database, for a decoder calibrated from a stored run."""
+@dataclass(frozen=True)
+class Prepared:
+    """Everything a simulation needs, built and checked before the clock starts."""
+
+    workload: Workload
+    num_blocks: int  # per engine: a replica's, or a pipelined replica's share per stage
+    engines_per_replica: int  # pipeline stages (virtual engines), 1 without pipelining
+    lookahead_slots: int
+    cost_model: CostModel
+    steppers: list[MultiTokenStepper] | None
+    decoder_info: dict[str, str]
+
+
+def prepare(
+    scenario: Scenario, workload: Workload | None = None, store: ResultsStore | None = None
+) -> Prepared:
+    """Resolve, size and check the scenario: every refusal a run would give, none of the
+    work. `workbench validate` calls this alone."""
+    model = resolve_model(scenario.model)
+    check_tensor_parallel(model, scenario.hardware.tensor_parallel)
+    engines = check_pipeline(scenario, model)
     workload = workload if workload is not None else workload_for(scenario)
     path = scenario.model.config_path  # a learned length predictor reads prompts with it
     checkpoint = None if path is None else (path if path.is_dir() else path.parent)
     workload = with_predictions(workload, scenario.scheduler, scenario.seed, checkpoint)
-    num_blocks = replica_kv_blocks(scenario)
+    num_blocks = replica_kv_blocks(scenario) // engines  # vLLM: each engine its share
     slots = lookahead_slots(scenario.decoder)
     check_feasible(
         scenario.scheduler,
@@ -62,21 +86,85 @@ def simulate(
         source=None,
         lookahead_slots=slots,
     )
-    replicas = scenario.hardware.replicas
     cost_model = build_cost_model(scenario)  # stateless: shared by the replicas
-    steppers, decoder_info = build_steppers(scenario, replicas, store)
+    steppers, decoder_info = build_steppers(scenario, scenario.hardware.replicas * engines, store)
+    return Prepared(workload, num_blocks, engines, slots, cost_model, steppers, decoder_info)
+
+
+def check_pipeline(scenario: Scenario, model: ModelSpec) -> int:
+    """Pipeline stages per replica (each a virtual engine), checked against the model."""
+    stages = scenario.hardware.pipeline_parallel
+    if scenario.decoder.kind in PIPELINE_DECODER_KINDS:
+        raise WorkbenchError(
+            f"decoder {scenario.decoder.kind!r} runs on the real backend only for now: the "
+            "simulator models pipeline parallelism with vanilla, speculative and lookahead "
+            "decoders",
+            field="decoder.kind",
+        )
+    if stages > model.num_layers:
+        raise WorkbenchError(
+            f"{stages} pipeline stages for {model.name}'s {model.num_layers} layers",
+            field="hardware.pipeline_parallel",
+        )
+    if stages > 1 and not isinstance(scenario.scheduler, ContinuousBatchingConfig):
+        raise WorkbenchError(
+            "pipeline parallelism is modelled for continuous batching (vLLM's virtual "
+            "engines); use scheduler.kind: continuous",
+            field="hardware.pipeline_parallel",
+        )
+    return stages
+
+
+def simulate(
+    scenario: Scenario,
+    workload: Workload | None = None,
+    progress: ProgressFn | None = None,
+    store: ResultsStore | None = None,
+    monitor: RunMonitor | None = None,
+) -> RunRecords:
+    """store: the results database, for a decoder calibrated from a stored run. monitor: may
+    end the run early (its reason lands in `info["stopped_early"]`)."""
+    ready = prepare(scenario, workload, store)
+    replicas = scenario.hardware.replicas
+    engines = replicas * ready.engines_per_replica
+    policies = [
+        build_policy(scenario.scheduler, ready.num_blocks, ready.lookahead_slots)
+        for _ in range(engines)
+    ]
     sim = Simulation(
-        workload,
-        [build_policy(scenario.scheduler, num_blocks, slots) for _ in range(replicas)],
-        [cost_model] * replicas,
-        build_router(scenario.routing.kind),
+        ready.workload,
+        policies,
+        [ready.cost_model] * engines,
+        build_router(scenario.routing.kind, ready.engines_per_replica),
         bulk_steps=scenario.simulator.bulk_steps,
         progress=progress,
-        decoders=steppers,
+        decoders=ready.steppers,
+        monitor=monitor,
+        pipelines=_pipelines(scenario, ready.engines_per_replica),
     )
     records = sim.run()
-    if workload.category is not None:
-        records.requests.category = workload.category
-    records.info.update({"kv_blocks_per_replica": str(num_blocks), "replicas": str(replicas)})
-    records.info.update(decoder_info)
+    if sim.stop_reason is not None:
+        records.info["stopped_early"] = sim.stop_reason
+    if ready.workload.category is not None:
+        records.requests.category = ready.workload.category
+    info = {"kv_blocks_per_replica": str(ready.num_blocks), "replicas": str(replicas)}
+    if ready.engines_per_replica > 1:  # records' replica column counts virtual engines
+        info["pipeline_parallel"] = str(ready.engines_per_replica)
+        info["kv_blocks_per_replica"] = str(ready.num_blocks * ready.engines_per_replica)
+        info["kv_blocks_per_engine"] = str(ready.num_blocks)
+    records.info.update(info)
+    records.info.update(ready.decoder_info)
     return records
+
+
+def _pipelines(scenario: Scenario, stages: int) -> list[StagePipeline | None] | None:
+    """Per engine, its replica's stages (engines of one replica share them)."""
+    if stages == 1:
+        return None
+    model, gpu = resolve_model(scenario.model), get_gpu(scenario.hardware.gpu)
+    pipelines: list[StagePipeline | None] = []
+    for _ in range(scenario.hardware.replicas):
+        link = scenario.hardware.stage_link
+        shared = stage_pipeline(model, gpu, stages, scenario.model.dtype, link)
+        pipelines += [shared] * stages
+    return pipelines

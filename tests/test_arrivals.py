@@ -157,3 +157,13 @@ def test_closed_loop_has_no_arrival_times_and_carries_the_clients() -> None:
     assert arrivals.arrival_s.shape == (50,) and np.isnan(arrivals.arrival_s).all()
     assert arrivals.closed_loop_concurrency == 8
     assert arrivals.think_time_s == 0.25
+
+
+def test_poisson_gaps_can_be_capped_as_vidur_does() -> None:
+    config = PoissonArrivals(kind="poisson", rate_per_s=2.0, max_gap_mean_gaps=3.0)
+    gaps = _gaps(config)
+    assert gaps.max() == pytest.approx(1.5)  # 3 mean gaps of 0.5 s: many gaps reach the cap
+    expected_mean = (1 - math.exp(-3.0)) / 2.0  # E[min(X, 3/λ)] = (1 − e^-3) / λ
+    assert gaps.mean() == pytest.approx(expected_mean, rel=Z * gaps.std() / gaps.mean() / N**0.5)
+    uncapped = _gaps(PoissonArrivals(kind="poisson", rate_per_s=2.0))
+    assert np.allclose(np.minimum(uncapped, 1.5), gaps, rtol=0, atol=1e-9)  # same draws, clipped

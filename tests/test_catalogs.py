@@ -77,6 +77,29 @@ def test_gpu_catalog_has_required_entries_with_dense_flops() -> None:
     assert get_gpu("h200").memory_bandwidth_bytes_s > get_gpu("h100-sxm").memory_bandwidth_bytes_s
 
 
+def test_every_profiled_gpu_is_in_the_catalog_with_a_price() -> None:
+    """Vidur profiles A100, H100 and A40; Spec-Bench ran on an RTX 3090."""
+    a40, rtx3090 = get_gpu("a40"), get_gpu("rtx3090")
+    assert a40.memory_bandwidth_bytes_s == 696e9 and a40.peak_tensor_flops == 149.7e12
+    assert rtx3090.peak_tensor_flops == 71e12  # fp32 accumulate: half the fp16-accumulate rate
+    priced = {name: spec.hourly_price_usd for name, spec in GPU_CATALOG.items()}
+    assert priced.pop("cpu") is None  # no source for a generic socket
+    assert all(price is not None and price > 0 for price in priced.values())
+    assert priced["rtx3090"] < priced["a40"] < priced["a100-80gb"] < priced["h100-sxm"]
+
+
+def test_fitted_gpus_carry_their_own_or_a_named_sibling_fit() -> None:
+    own = {
+        name
+        for name, spec in GPU_CATALOG.items()
+        if spec.kernel_fit and spec.kernel_fit.gpu == name
+    }
+    assert own == {"a100-80gb", "h100-sxm", "a40"}
+    assert get_gpu("h200").kernel_fit is get_gpu("h100-sxm").kernel_fit  # same GH100 die
+    assert get_gpu("rtx3090").kernel_fit is get_gpu("a40").kernel_fit  # same GA102 die
+    assert get_gpu("l40s").kernel_fit is None and get_gpu("cpu").kernel_fit is None
+
+
 def test_fp8_peak_falls_back_without_fp8_tensor_cores() -> None:
     assert get_gpu("h100-sxm").peak_flops("fp8") > get_gpu("h100-sxm").peak_flops("bf16")
     assert get_gpu("a100-80gb").peak_flops("fp8") == get_gpu("a100-80gb").peak_flops("fp16")

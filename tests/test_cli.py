@@ -150,11 +150,50 @@ def test_shipped_scenarios_run_as_is(
 # ---------------------------------------------------------------------- validate, show
 
 
-@pytest.mark.parametrize("path", sorted(SCENARIOS.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", SIMULATED, ids=lambda p: p.name)
 def test_shipped_scenarios_validate(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = cli(capsys, "validate", path)
     assert out.startswith(f"{path}: ok")
     assert "1 run" in out
+
+
+REAL = sorted(set(SCENARIOS.glob("*.yaml")) - set(SIMULATED))
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+def test_real_scenarios_validate_once_their_zoo_model_is_built(
+    path: Path, tiny_zoo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    built = cli(capsys, "validate", path, "--set", f"model.zoo_dir={tiny_zoo}")
+    assert built.startswith(f"{path}: ok")
+    code = main(["validate", str(path), "--set", f"model.zoo_dir={tmp_path}"])
+    assert code == 2  # `run` would refuse: validate says so first
+    assert "is not built" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("hardware.gpu=h100", "unknown GPU 'h100'; did you mean 'h100-sxm'"),
+        ("hardware.tensor_parallel=3", "valid degrees: 1, 2, 4, 8, 16, 32"),
+        ("workload.num_requests=1000000000000", "need about 931.3 TiB of memory"),
+        ("workload.arrival.rate_per_s=.inf", "rate_per_s: expected a finite number, got inf"),
+        ("slo.ttft_ms=.nan", "slo.ttft_ms: expected a finite number, got nan"),
+    ],
+)
+def test_validate_refuses_what_run_would(
+    override: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate", str(QUICKSTART), "--set", override]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_key_given_twice_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "twice.yaml"
+    path.write_text(QUICKSTART.read_text() + "name: again\n")
+    assert main(["validate", str(path)]) == 2
+    assert "key 'name' appears twice (lines 4 and" in capsys.readouterr().err
 
 
 def test_show_prints_the_effective_scenario(
@@ -253,3 +292,20 @@ def test_interrupted_sweep_runs_only_the_missing_point(
 def run_sweep_json(capsys: pytest.CaptureFixture[str], scenario: Path, db: Path) -> list[dict]:
     out = cli(capsys, "run", scenario, "--db", db, "--json")
     return [json.loads(line) for line in out.strip().splitlines()]
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys; from workbench.cli import main; sys.exit(main(sys.argv[1:]))"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, "show", str(QUICKSTART)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # the reader leaves before anything is written (`| head`)
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=60) == 0
+    assert err == ""

@@ -52,10 +52,18 @@ def store() -> ResultsStore:
     return store
 
 
-def _markdown_rows(markdown: str, run_id: str) -> list[list[str]]:
-    """Cells of every table row whose first cell is run_id (overview, then latency)."""
-    rows = [line for line in markdown.splitlines() if line.startswith(f"| {run_id} |")]
-    return [[cell.strip() for cell in row.strip("|").split(" | ")] for row in rows]
+def _section_rows(markdown: str, title: str) -> dict[str, list[str]]:
+    """The rows of the table under the heading `## title`, by their first cell."""
+    lines = markdown.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0].splitlines()
+    lines = [line for line in lines if line.startswith("|")]
+    cells = [[c.strip() for c in line.strip().strip("|").split(" | ")] for line in lines]
+    body = cells[2:]  # after the header and the alignment row
+    return {row[0]: row[1:] for row in body if len(row) > 1}
+
+
+def _labels(markdown: str) -> dict[str, str]:
+    """run id → label, from the runs table (label first, id second)."""
+    return {row[0]: label for label, row in _section_rows(markdown, "Runs").items()}
 
 
 def test_report_files_and_embedded_figures(store: ResultsStore, tmp_path: Path) -> None:
@@ -79,18 +87,23 @@ def test_report_files_and_embedded_figures(store: ResultsStore, tmp_path: Path) 
 def test_markdown_rows_match_the_metrics(store: ResultsStore, tmp_path: Path) -> None:
     build_report(store, ["run-alpha", "run-beta"], tmp_path)
     markdown = (tmp_path / "report.md").read_text()
+    labels = _labels(markdown)
+    assert labels == {"run-alpha-0001": "tiny #1", "run-beta-0002": "tiny #2"}  # same config
     for run_id, records in (("run-alpha-0001", _run_a()), ("run-beta-0002", _run_b())):
         s = metrics.summarize(records, SLO)
-        overview, latency = _markdown_rows(markdown, run_id)
-        assert overview[6] == f"{s['completed']}/{s['num_requests']}"
-        assert overview[7] == f"{s['request_throughput']:.3f}"
-        assert overview[8] == f"{s['output_throughput']:.1f}"
-        assert overview[9] == f"{s['request_goodput']:.3f}"
-        expected = []
-        for metric in ("ttft", "tpot", "itl", "e2el"):
-            expected += [f"{s[f'{stat}_{metric}_ms']:.2f}" for stat in ("mean", "median", "p99")]
-            expected.append(str(s[f"n_{metric}"]))
-        assert latency[1:] == expected
+        label = labels[run_id]
+        assert _section_rows(markdown, "Runs")[label][-1] == f"{s['completed']}/{s['num_requests']}"
+        throughput = _section_rows(markdown, "Throughput")[label]
+        assert throughput[:3] == [
+            f"{s['request_throughput']:.3f}",
+            f"{s['request_goodput']:.3f}",
+            f"{s['output_throughput']:.1f}",
+        ]
+        for metric, title in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E")):
+            row = _section_rows(markdown, f"{title} (ms)")[label]
+            stats = ("mean", "median", "p90", "p99")
+            expected = [f"{s[f'{stat}_{metric}_ms']:.2f}" for stat in stats]
+            assert row == [*expected, str(s[f"n_{metric}"])], metric
 
 
 def test_only_the_requested_runs(store: ResultsStore, tmp_path: Path) -> None:

@@ -12,7 +12,12 @@ from fixtures_records import make_meta, synthetic_records
 
 from workbench.records import RunRecords
 from workbench.store import ResultsStore
-from workbench.store.schema import REQUEST_METRICS_VIEW, RUN_SUMMARY_VIEW, SCHEMA_VERSION
+from workbench.store.schema import (
+    CONFIG_COLUMNS,
+    REQUEST_METRICS_VIEW,
+    RUN_SUMMARY_VIEW_V1,
+    SCHEMA_VERSION,
+)
 
 
 def _schema_1_database(path: Path, records: RunRecords) -> None:
@@ -22,10 +27,13 @@ def _schema_1_database(path: Path, records: RunRecords) -> None:
     con = duckdb.connect(str(path))
     con.execute("DROP VIEW run_summary")
     con.execute("DROP VIEW request_metrics")
+    con.execute("DROP TABLE run_summaries")
+    for column in ("label", *CONFIG_COLUMNS):
+        con.execute(f"ALTER TABLE runs DROP COLUMN {column}")
     con.execute("ALTER TABLE requests DROP COLUMN category")
     con.execute("ALTER TABLE steps DROP COLUMN verified_tokens")
     con.execute(REQUEST_METRICS_VIEW.replace(" category,", ""))
-    con.execute(RUN_SUMMARY_VIEW)
+    con.execute(RUN_SUMMARY_VIEW_V1)
     con.execute("DELETE FROM schema_version")
     con.execute("INSERT INTO schema_version VALUES (1, now()::TIMESTAMP)")
     con.close()

@@ -1,9 +1,10 @@
-"""The `workbench` command: run, validate, show, runs, report, export."""
+"""The `workbench` command: run, validate, show, runs, summary, report, export."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -27,6 +28,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: runs not finished were not written", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader left (`workbench runs | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,19 +41,42 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--db", default=DEFAULT_DB, help=f"results database (default {DEFAULT_DB})")
     run.add_argument("--json", action="store_true", help="print the summary as JSON only")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _scenario_command(sub, "validate", "check a scenario file", _cmd_validate)
-    _scenario_command(sub, "show", "print the effective scenario, defaults filled in", _cmd_show)
+    run.add_argument(
+        "--label", help="a name stored with the run(s), to tell apart runs of one configuration"
+    )
+    _percentiles_option(run)
+    validate = _scenario_command(
+        sub, "validate", "check a scenario as `run` would, running nothing", _cmd_validate
+    )
+    validate.add_argument("--db", help="the results database a `calibrate_from` run is in")
+    show = _scenario_command(
+        sub, "show", "print the effective scenario, defaults filled in", _cmd_show
+    )
+    show.add_argument(
+        "--explain", action="store_true", help="print each field's description beside its value"
+    )
     runs = sub.add_parser("runs", help="list the runs in a database")
     runs.add_argument("--db", default=DEFAULT_DB)
     runs.add_argument("--json", action="store_true")
     runs.set_defaults(func=_cmd_runs)
+    summary = sub.add_parser("summary", help="print stored runs' summaries again")
+    summary.add_argument("runs", nargs="+", help="run ids or unique prefixes")
+    summary.add_argument("--db", default=DEFAULT_DB)
+    summary.add_argument("--json", action="store_true", help="one JSON object per run")
+    _percentiles_option(summary)
+    summary.set_defaults(func=_cmd_summary)
     report = sub.add_parser("report", help="HTML + Markdown report from the database")
     report.add_argument("runs", nargs="*", help="run ids or unique prefixes (default: all)")
     report.add_argument("--db", default=DEFAULT_DB)
     report.add_argument("--out", default="report", help="output folder")
+    report.add_argument(
+        "--baseline", help="the run the others are compared with (default: the first)"
+    )
     report.set_defaults(func=_cmd_report)
     export = sub.add_parser("export", help="write a table to Parquet")
-    export.add_argument("table", choices=["runs", "requests", "steps", "emissions"])
+    export.add_argument(
+        "table", choices=["runs", "requests", "steps", "emissions", "run_summaries", "run_summary"]
+    )
     export.add_argument("--db", default=DEFAULT_DB)
     export.add_argument("--out", required=True, help="Parquet file to write")
     export.add_argument("--run", help="only this run (id or unique prefix)")
@@ -60,6 +87,12 @@ def _parser() -> argparse.ArgumentParser:
     from real_backend.length_predictor.cli import add_predictor_parser  # no torch until it runs
 
     add_predictor_parser(sub)
+    from simulator.cost_models.fit_cli import add_fit_parser  # numpy only, no simulation
+
+    add_fit_parser(sub)
+    from workbench.planning.cli import add_plan_parser  # the simulator loads when a plan runs
+
+    add_plan_parser(sub)
     return parser
 
 
@@ -69,10 +102,35 @@ def _scenario_command(
     cmd = sub.add_parser(name, help=help_text)
     cmd.add_argument("file", help="scenario YAML")
     cmd.add_argument(
-        "--set", action="append", default=[], metavar="PATH=VALUE", help="override a field"
+        "--set",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a field by its dotted path, the value read as YAML; repeatable "
+        "(e.g. --set workload.arrival.rate_per_s=8 --set 'decoder={kind: vanilla}')",
     )
     cmd.set_defaults(func=func)
     return cmd
+
+
+def _percentiles_option(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--percentiles",
+        type=_percentile_list,
+        default=None,
+        metavar="Q,Q...",
+        help="latency percentiles to print besides the median (default 90,99), e.g. 50,90,95,99",
+    )
+
+
+def _percentile_list(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 50,90,99, got {text!r}") from None
+    if not values or any(not 0 < q < 100 for q in values):
+        raise argparse.ArgumentTypeError(f"expected percentiles between 0 and 100, got {text!r}")
+    return values
 
 
 def _load(args: argparse.Namespace):
@@ -88,33 +146,78 @@ def _load(args: argparse.Namespace):
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from workbench.runner import preflight
+    from workbench.store.db import ResultsStore
+
     scenario = _load(args)
     points = _points(scenario, args.file)
+    if args.db is None:
+        preflight(points, source=args.file, store=None)
+    else:
+        with ResultsStore.open(args.db, read_only=True) as store:
+            preflight(points, source=args.file, store=store)
     print(f"{args.file}: ok ({scenario.name}, {len(points)} run{'s' * (len(points) != 1)})")
     return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
     scenario = _load(args)
+    if args.explain:
+        from workbench.explain import explain
+
+        print("\n".join(explain(scenario)))
+        return 0
     print(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False), end="")
     return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from workbench.metrics import DEFAULT_PERCENTILES
     from workbench.runner import run_scenario
     from workbench.store.db import ResultsStore
 
     scenario = _load(args)
     _points(scenario, args.file)  # every sweep point validates before anything runs
     progress = None if (args.json or args.no_progress) else _progress_bar
-    with ResultsStore.open(args.db) as store:
-        outcomes = run_scenario(scenario, store, source=args.file, progress=progress)
-    for outcome in outcomes:
+    percentiles = args.percentiles or DEFAULT_PERCENTILES
+
+    def show(outcome: Any) -> None:  # as each point finishes
+        if outcome.earlier_runs:
+            _note_rerun(outcome, args.db)
         if args.json:
-            if outcome.summary is not None:
-                print(json.dumps({"run_id": outcome.run_id, **outcome.summary}))
+            print(json.dumps(_outcome_json(outcome)), flush=True)
         else:
-            _print_outcome(outcome, args.db)
+            _print_outcome(outcome, args.db, percentiles)
+
+    with ResultsStore.open(args.db) as store:
+        run_scenario(
+            scenario, store, source=args.file, progress=progress, on_outcome=show,
+            label=args.label, percentiles=percentiles,
+        )  # fmt: skip
+    return 0
+
+
+def _cmd_summary(args: argparse.Namespace) -> int:
+    from workbench.metrics import DEFAULT_PERCENTILES
+    from workbench.store.db import ResultsStore, run_wall_s
+    from workbench.summary import RunHeader, format_summary
+
+    percentiles = args.percentiles or DEFAULT_PERCENTILES
+    with ResultsStore.open(args.db, read_only=True) as store:
+        for run_id in args.runs:
+            run = store.get_run(run_id)
+            summary = store.run_summary(run["run_id"], percentiles)
+            if args.json:
+                print(json.dumps({"run_id": run["run_id"], **_run_extras(run), **summary}))
+                continue
+            wall_s = run_wall_s(run)
+            point = f"point {run['sweep_point']}" if run.get("sweep_point") else ""
+            header = RunHeader.from_run(run)
+            print(
+                format_summary(
+                    header, summary, args.db, wall_s=wall_s, percentiles=percentiles, point=point
+                )
+            )
     return 0
 
 
@@ -126,12 +229,16 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(runs, default=str))
         return 0
-    print(f"{'run_id':<14}{'scenario':<32}{'backend':<9}{'scheduler':<12}{'finished':<21}point")
+    print(
+        f"{'run_id':<14}{'scenario':<32}{'backend':<9}{'scheduler':<12}{'decoder':<13}"
+        f"{'finished':<21}{'label':<16}point"
+    )
     for r in runs:
         finished = _timestamp(r["finished_at"])
         print(
             f"{r['run_id']:<14}{r['scenario_name'][:31]:<32}{r['backend']:<9}"
-            f"{r['scheduler']:<12}{finished:<21}{r.get('sweep_point') or ''}"
+            f"{r['scheduler'][:11]:<12}{r['decoder'][:12]:<13}{finished:<21}"
+            f"{(r.get('label') or '')[:15]:<16}{r.get('sweep_point') or ''}"
         )
     return 0
 
@@ -142,7 +249,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     with ResultsStore.open(args.db, read_only=True) as store:
         run_ids = [store.get_run(r)["run_id"] for r in args.runs] or None
-        path = build_report(store, run_ids, Path(args.out))
+        baseline = store.get_run(args.baseline)["run_id"] if args.baseline else None
+        path = build_report(store, run_ids, Path(args.out), baseline=baseline)
     print(f"report: {path}")
     return 0
 
@@ -173,23 +281,75 @@ def _points(scenario: Any, source: str) -> list[Any]:
     return expand(scenario, source=source)
 
 
-def _progress_bar(total: int, label: str) -> Callable[[int], None] | None:
+def _progress_bar(total: int, label: str) -> Any:
+    """A tqdm bar on a terminal (closed when its run ends), else nothing."""
     if not sys.stderr.isatty():
         return None
     from tqdm import tqdm
 
-    bar = tqdm(total=total, desc=label, unit="req", leave=False, mininterval=0.5)
-    return bar.update
+    return tqdm(total=total, desc=label, unit="req", leave=False, mininterval=0.5)
 
 
-def _print_outcome(outcome: Any, db: str) -> None:
-    from workbench.summary import format_summary
+def _print_outcome(outcome: Any, db: str, percentiles: tuple[float, ...]) -> None:
+    from workbench.summary import RunHeader, format_summary
 
-    point = f" {outcome.point.label()}" if outcome.point.values else ""
-    if outcome.summary is None:
-        print(f"skipped{point}: already complete in {db}")
+    values = f" {outcome.point.label()}" if outcome.point.values else ""
+    position = f"point {outcome.index}/{outcome.total}" if outcome.total > 1 else ""
+    if outcome.skipped:
+        print(
+            f"skipped{values} ({position}): already complete in {db} as run {outcome.run_id}",
+            flush=True,
+        )
         return
-    print(format_summary(outcome.run_id, outcome.point.scenario, outcome.summary, db) + point)
+    header = RunHeader.from_scenario(outcome.run_id, outcome.point.scenario, outcome.label)
+    text = format_summary(
+        header,
+        outcome.summary,
+        db,
+        wall_s=outcome.wall_s,
+        percentiles=percentiles,
+        point=(position + values).strip(),
+    )
+    print(text, flush=True)
+
+
+def _outcome_json(outcome: Any) -> dict[str, Any]:
+    """A run's JSON line: its id, the sweep point (position and values), then the summary."""
+    line: dict[str, Any] = {"run_id": outcome.run_id}
+    if outcome.point.values:
+        line |= {"point": outcome.index, "points": outcome.total}
+        line["sweep_point"] = outcome.point.values
+    if outcome.skipped:
+        line["skipped"] = True
+    if outcome.label:
+        line["label"] = outcome.label
+    return line | outcome.summary
+
+
+def _run_extras(run: dict[str, Any]) -> dict[str, Any]:
+    """The stored run's sweep point and label, for its JSON line."""
+    extras: dict[str, Any] = {}
+    if run.get("sweep_point"):
+        extras["sweep_point"] = json.loads(run["sweep_point"])
+    if run.get("label"):
+        extras["label"] = run["label"]
+    return extras
+
+
+def _note_rerun(outcome: Any, db: str) -> None:
+    """Say that this configuration was already in the database (the new run is kept too)."""
+    earlier = outcome.earlier_runs
+    more = f" and {len(earlier) - 1} more" if len(earlier) > 1 else ""
+    told_apart = (
+        f"labelled {outcome.label!r}"
+        if outcome.label
+        else "with the same configuration; give --label to tell them apart"
+    )
+    print(
+        f"note: {db} already holds this configuration of {outcome.point.scenario.name} as run "
+        f"{earlier[-1]}{more}; stored run {outcome.run_id} beside it, {told_apart}",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -11,12 +11,17 @@ same `RunRecords`, so a simulated and a real run are measured by one definition:
   spreads the same time over every token, so TPOT < ITL when steps emit several.
 - Throughput = completed requests (and tokens) / (last finish − first arrival).
 - Goodput = completed requests meeting every given SLO / duration.
-- Percentiles: linear interpolation, identical to numpy's default and DuckDB `quantile_cont`.
+- Percentiles: linear interpolation, identical to numpy's default and DuckDB `quantile_cont`;
+  `median` always, then `p{q}` for each requested percentile (default 90 and 99, the
+  columns the results store keeps; `--percentiles` picks others, as vLLM's bench does).
+- Saturation (`workbench.saturation`): whether the records show an overloaded engine.
 
 Key names follow vLLM's benchmark (`mean_ttft_ms`, `p99_tpot_ms`, `request_goodput`...).
 Runs of static-batch schedulers (the run's `info["scheduler"]`) also get the sequence-
 scheduling paper's metrics, `effective_token_ratio` and co. (`workbench.batch_metrics`);
-runs that drafted tokens get acceptance and tokens per step (`workbench.decoder_metrics`).
+runs that drafted tokens get acceptance and tokens per step (`workbench.decoder_metrics`);
+pipeline runs get runs launched/cancelled, wasted stage time, runs in flight
+(`workbench.pipeline_metrics`).
 Everything is vectorised numpy: ITL is never expanded to one row per token.
 """
 
@@ -27,15 +32,32 @@ import numpy as np
 from workbench.batch_metrics import STATIC_BATCH_SCHEDULERS, batch_summary
 from workbench.decoder_metrics import decoder_summary, drafted_anything
 from workbench.errors import WorkbenchError
+from workbench.pipeline_metrics import has_pipeline_runs, pipeline_summary
 from workbench.records import EmissionSpans, RunRecords, StepRecords
+from workbench.saturation import detect_saturation
 from workbench.scenario.system import SLOConfig
 
 # Latency metrics in the order vLLM prints them; statistic prefixes of each.
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
-STATISTICS = ("mean", "median", "std", "p90", "p99")
-_QUANTILES = {"median": 0.5, "p90": 0.9, "p99": 0.99}
+DEFAULT_PERCENTILES: tuple[float, ...] = (90.0, 99.0)
+STATISTICS = ("mean", "median", "std", *(f"p{q:g}" for q in DEFAULT_PERCENTILES))
 
 Number = float | int | None
+# A summary value: metrics are numbers; the saturation verdict is a flag and a sentence.
+SummaryValue = float | int | bool | str | None
+
+
+def percentile_name(q: float) -> str:
+    """The statistic prefix of a percentile: 99 → p99, 99.9 → p99.9 (vLLM's key names)."""
+    return f"p{q:g}"
+
+
+def _quantiles(percentiles: tuple[float, ...]) -> dict[str, float]:
+    """Statistic name → quantile in [0, 1]: the median, then each requested percentile."""
+    for q in percentiles:
+        if not 0.0 <= q <= 100.0:
+            raise WorkbenchError(f"percentile {q:g} is outside 0..100", field="percentiles")
+    return {"median": 0.5, **{percentile_name(q): q / 100.0 for q in percentiles}}
 
 
 # ---------------------------------------------------------------- weighted percentiles
@@ -85,37 +107,43 @@ def _lerp_at_virtual_index(
     return float(result)
 
 
-def describe(values: np.ndarray, counts: np.ndarray | None = None) -> dict[str, Number]:
-    """mean, median, std (population, like vLLM), p90, p99 and n of a (weighted) sample.
+def describe(
+    values: np.ndarray,
+    counts: np.ndarray | None = None,
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
+) -> dict[str, Number]:
+    """mean, median, std (population, like vLLM), each percentile (p90, p99 by default)
+    and n of a (weighted) sample.
 
     values: (k,) float; counts: (k,) int or None for one each. Empty sample → Nones, n = 0.
     """
     values = np.asarray(values, dtype=np.float64)
+    quantiles = _quantiles(percentiles)
     if counts is None:
-        return _describe_unweighted(values)
+        return _describe_unweighted(values, quantiles)
     counts = np.asarray(counts, dtype=np.int64)
     n = int(counts.sum())
     if n == 0:
-        return {**dict.fromkeys(STATISTICS), "n": 0}
+        return {**dict.fromkeys(["mean", "std", *quantiles]), "n": 0}
     order = np.argsort(values)  # ties hold equal values, so stability does not matter
     sorted_values = values[order]  # (k,)
     cumulative = np.cumsum(counts[order])  # (k,)
     mean = float(np.dot(values, counts) / n)
     variance = float(np.dot(counts, (values - mean) ** 2) / n)
     stats: dict[str, Number] = {"mean": mean, "std": float(np.sqrt(variance))}
-    for name, q in _QUANTILES.items():
+    for name, q in quantiles.items():
         stats[name] = _lerp_at_virtual_index(sorted_values, cumulative, n, q)
     stats["n"] = n
     return stats
 
 
-def _describe_unweighted(values: np.ndarray) -> dict[str, Number]:
+def _describe_unweighted(values: np.ndarray, quantiles: dict[str, float]) -> dict[str, Number]:
     """`describe` with one count each: np.quantile partitions instead of sorting."""
     if len(values) == 0:
-        return {**dict.fromkeys(STATISTICS), "n": 0}
+        return {**dict.fromkeys(["mean", "std", *quantiles]), "n": 0}
     stats: dict[str, Number] = {"mean": float(values.mean()), "std": float(values.std())}
-    quantiles = np.quantile(values, list(_QUANTILES.values()))  # linear method
-    stats.update({name: float(v) for name, v in zip(_QUANTILES, quantiles, strict=True)})
+    points = np.quantile(values, list(quantiles.values()))  # linear method
+    stats.update({name: float(v) for name, v in zip(quantiles, points, strict=True)})
     stats["n"] = len(values)
     return stats
 
@@ -297,12 +325,18 @@ def _order_by_request_then_time(request: np.ndarray, time_s: np.ndarray) -> np.n
 # ---------------------------------------------------------------- run summary
 
 
-def summarize(records: RunRecords, slo: SLOConfig | None = None) -> dict[str, Number]:
-    """The run's headline numbers under vLLM's benchmark key names; None where undefined."""
+def summarize(
+    records: RunRecords,
+    slo: SLOConfig | None = None,
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
+) -> dict[str, SummaryValue]:
+    """The run's headline numbers under vLLM's benchmark key names; None where undefined.
+
+    percentiles: which `p{q}` latency keys besides the median (0..100)."""
     per_request = request_metrics(records)
     done = per_request["finished"]
-    summary: dict[str, Number] = _throughput(records, per_request)
-    summary.update(_latency_stats(records, per_request))
+    summary: dict[str, SummaryValue] = dict(_throughput(records, per_request))
+    summary.update(_latency_stats(records, per_request, tuple(percentiles)))
     summary.update(_slo_stats(per_request, slo, summary["duration"]))
     summary["mean_tokens_per_emission"] = _tokens_per_emission(records, done)
     batch = np.asarray(records.steps.batch_size)
@@ -312,6 +346,9 @@ def summarize(records: RunRecords, slo: SLOConfig | None = None) -> dict[str, Nu
         summary.update(batch_summary(records))  # the sequence-scheduling paper's metrics
     if drafted_anything(records):
         summary.update(decoder_summary(records))  # speculative / lookahead decoders
+    if has_pipeline_runs(records):
+        summary.update(pipeline_summary(records))  # pipeline stages: runs, waste, in flight
+    summary.update(detect_saturation(records.requests).as_summary())
     return summary
 
 
@@ -346,7 +383,9 @@ def _duration_s(records: RunRecords, done: np.ndarray) -> float | None:
     return duration if duration > 0 else None
 
 
-def _latency_stats(records: RunRecords, per_request: dict[str, np.ndarray]) -> dict[str, Number]:
+def _latency_stats(
+    records: RunRecords, per_request: dict[str, np.ndarray], percentiles: tuple[float, ...]
+) -> dict[str, Number]:
     samples: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
     for metric, column in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2el", "e2e_s")):
         seconds = per_request[column]
@@ -355,8 +394,8 @@ def _latency_stats(records: RunRecords, per_request: dict[str, np.ndarray]) -> d
     samples["itl"] = (itl_values * 1000.0, itl_counts)
     out: dict[str, Number] = {}
     for metric in LATENCY_METRICS:
-        stats = describe(*samples[metric])
-        for name in STATISTICS:
+        stats = describe(*samples[metric], percentiles=percentiles)
+        for name in ("mean", "median", "std", *map(percentile_name, percentiles)):
             out[f"{name}_{metric}_ms"] = stats[name]
         out[f"n_{metric}"] = stats["n"]
     return out

@@ -7,26 +7,46 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from workbench.errors import WorkbenchError
-from workbench.metrics import summarize
+from workbench.metrics import DEFAULT_PERCENTILES, SummaryValue, summarize
 from workbench.records import RunMeta, RunRecords
 from workbench.scenario.decoders import SpeculativeDecoderConfig
 from workbench.scenario.scenario import Scenario
 from workbench.store.db import ResultsStore
 from workbench.sweep import SweepPoint, expand, point_source
 
-ProgressFactory = Callable[[int, str], Callable[[int], None] | None]  # (total, label) → update
+
+class Progress(Protocol):
+    """A progress display for one run (a tqdm bar is one)."""
+
+    def update(self, n: int) -> object: ...
+
+    def close(self) -> None: ...
+
+
+ProgressFactory = Callable[[int, str], Progress | None]  # (total, label) → display
 
 
 @dataclass
 class RunOutcome:
-    run_id: str | None  # None when the point was already in the database (skipped)
+    """One sweep point's run: written now, or found complete in the database (skipped)."""
+
+    run_id: str  # the run written, or the complete run a skipped point already has
     point: SweepPoint
-    summary: dict[str, Any] | None
+    summary: dict[str, SummaryValue]  # at the requested percentiles
+    index: int = 1  # the point's position in the sweep, from 1
+    total: int = 1  # points in the sweep
+    skipped: bool = False
+    wall_s: float | None = None  # wall-clock time of the run (None when skipped)
+    label: str | None = None
+    earlier_runs: list[str] = field(default_factory=list)  # same configuration, stored before
+
+
+OutcomeHandler = Callable[[RunOutcome], None]
 
 
 def run_scenario(
@@ -35,33 +55,87 @@ def run_scenario(
     *,
     source: str,
     progress: ProgressFactory | None = None,
+    on_outcome: OutcomeHandler | None = None,
+    label: str | None = None,
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
 ) -> list[RunOutcome]:
     """Run each point not yet complete in `store`; an interrupted sweep resumes.
 
+    on_outcome: called as each point finishes (or is skipped), so results show at once.
+    label: stored with each run, to tell apart runs of one configuration.
     Errors the backends raise without a file (unknown GPU, weights that do not fit...)
     name `source`, the scenario file, and the sweep point.
     """
     points = expand(scenario, source=source)
-    done = store.completed_hashes()
+    done = store.completed_runs_by_hash()
     outcomes = []
-    for point in points:
-        if point.values and point.scenario.config_hash() in done:
-            outcomes.append(RunOutcome(None, point, None))
-            continue
-        try:
-            outcomes.append(run_point(point, store, progress=progress))
-        except WorkbenchError as error:
-            raise error.with_source(point_source(source, point.values)) from None
+    for index, point in enumerate(points, start=1):
+        earlier = done.get(point.scenario.config_hash(), [])
+        if point.values and earlier:  # a resumed sweep: the point is there already
+            summary = store.run_summary(earlier[-1], percentiles)
+            outcome = RunOutcome(earlier[-1], point, summary, skipped=True, label=label)
+        else:
+            try:
+                outcome = run_point(
+                    point, store, progress=progress, label=label, percentiles=percentiles,
+                    position=(index, len(points)),
+                )  # fmt: skip
+            except WorkbenchError as error:
+                raise error.with_source(point_source(source, point.values)) from None
+            outcome.earlier_runs = list(earlier)
+        outcome.index, outcome.total = index, len(points)
+        outcomes.append(outcome)
+        if on_outcome is not None:
+            on_outcome(outcome)
     return outcomes
 
 
+def preflight(points: list[SweepPoint], *, source: str, store: ResultsStore | None) -> None:
+    """Every refusal `run` would give for these points, without running them: the model,
+    hardware, memory and feasibility checks of the simulator; for the real backend, the
+    model's folder and the workload."""
+    for point in points:
+        try:
+            _preflight_point(point.scenario, store)
+        except WorkbenchError as error:
+            raise error.with_source(point_source(source, point.values)) from None
+
+
+def _preflight_point(scenario: Scenario, store: ResultsStore | None) -> None:
+    scenario = with_model_source(scenario)
+    if scenario.backend == "sim":
+        from simulator.run import prepare
+
+        prepare(scenario, store=store)
+        return
+    from workbench.workload.generate import workload_for
+
+    workload_for(scenario)
+
+
 def run_point(
-    point: SweepPoint, store: ResultsStore, *, progress: ProgressFactory | None = None
+    point: SweepPoint,
+    store: ResultsStore,
+    *,
+    progress: ProgressFactory | None = None,
+    label: str | None = None,
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
+    position: tuple[int, int] = (1, 1),
 ) -> RunOutcome:
+    """Run one point and store it whole; position: (index from 1, points in the sweep)."""
     scenario = point.scenario
-    update = progress(scenario.workload.num_requests, scenario.name) if progress else None
+    display = (
+        progress(scenario.workload.num_requests, _progress_label(point, position))
+        if progress
+        else None
+    )
     started = time.time()
-    records = run_backend(scenario, update, store)
+    try:
+        records = run_backend(scenario, display.update if display else None, store)
+    finally:
+        if display is not None:
+            display.close()
+    finished = time.time()
     records.info.setdefault("scheduler", scenario.scheduler.kind)  # selects summary metrics
     records.info.setdefault("decoder", scenario.decoder.kind)
     meta = RunMeta(
@@ -76,11 +150,23 @@ def run_point(
         versions=package_versions(),
         git_sha=git_sha(),
         started_at=started,
-        finished_at=time.time(),
+        finished_at=finished,
         sweep_point=point.label() if point.values else None,
     )
-    store.write_run(meta, records)
-    return RunOutcome(meta.run_id, point, summarize(records, scenario.slo))
+    stored = summarize(records, scenario.slo)  # the default percentiles: what the store keeps
+    store.write_run(meta, records, summary=stored, label=label)
+    shown = (
+        stored
+        if percentiles == DEFAULT_PERCENTILES
+        else summarize(records, scenario.slo, percentiles)
+    )
+    return RunOutcome(meta.run_id, point, shown, wall_s=finished - started, label=label)
+
+
+def _progress_label(point: SweepPoint, position: tuple[int, int]) -> str:
+    index, total = position
+    name = point.scenario.name
+    return f"point {index}/{total} {name}" if total > 1 else name
 
 
 def run_backend(

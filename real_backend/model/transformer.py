@@ -127,17 +127,6 @@ class Transformer(nn.Module):
             return x
         return self.lm_head(x) if self.head is None else self.head(x)
 
-    def _reserve(self, cache: PagedKVCache, seq: Hashable, n: int) -> int:
-        """Start `seq` in the cache if new, reserve `n` slots; return its prior length."""
-        if seq not in cache.tables:
-            cache.allocate(seq)
-        ctx = cache.length(seq)
-        window = self.args.sliding_window
-        if window is not None and ctx + n > window:
-            raise ValueError(f"{seq!r}: {ctx + n} tokens exceed the sliding window {window}")
-        cache.append_slots(seq, n)
-        return ctx
-
     def fuse(self, prepack: bool | None = None) -> None:
         """Prepare for inference: fuse q/k/v and gate/up projections (fewer, larger matmuls),
         and with `prepack` (default: wherever it applies, CPU fp32) run multi-row matmuls on
@@ -171,46 +160,75 @@ class Transformer(nn.Module):
     def _run_plan(
         self, cache: PagedKVCache, plan: Sequence[SeqStep], last_only: bool, lm_head: bool
     ) -> list[torch.Tensor]:
-        """Pack the plan's new tokens into one (N,) batch: every linear layer runs over the N
-        real tokens only, however uneven the sequences (a prompt chunk beside one-token
-        decodes); only attention sees them padded, (B, Q)."""
-        device = self.embed_tokens.weight.device
-        B, Q = len(plan), max(len(s.tokens) for s in plan)
-        tokens, positions, slots, pad_index = [], [], [], []  # (N,) each, as Python lists
-        contexts, lengths = [], []
-        tree_mask = None  # (B, Q, Q) once some sequence is not a causal chain
-        for b, s in enumerate(plan):
-            n = len(s.tokens)
-            ctx = self._reserve(cache, s.seq, n)
-            if s.parents is None and s.mask is None:  # a causal chain: the default mask
-                positions.extend(range(ctx, ctx + n))
-            else:
-                mask = step_mask(s)
-                if tree_mask is None:
-                    tree_mask = torch.ones(Q, Q, dtype=torch.bool).tril().repeat(B, 1, 1)
-                tree_mask[b, :n, :n] = mask
-                positions.extend((ctx + mask.sum(-1) - 1).tolist())  # depth in the tree
-            tokens.extend(s.tokens)
-            slots.extend(cache.slots(s.seq, ctx, n))
-            pad_index.extend(range(b * Q, b * Q + n))
-            contexts.append(ctx)
-            lengths.append(n)
-        ids, pos, slot_mapping = torch.tensor([tokens, positions, slots], device=device)  # (N,)
-        context_lens, new_lens = torch.tensor([contexts, lengths], device=device)  # (B,)
-        meta = AttentionMeta(
-            slot_mapping=slot_mapping,
-            block_tables=cache.block_tables([s.seq for s in plan]),
-            context_lens=context_lens,
-            new_lens=new_lens,
-            tree_mask=None if tree_mask is None else tree_mask.to(device),
-            kernels=self.kernel_set(),
-            max_new=Q,
-            pad_index=None if len(tokens) == B * Q else torch.tensor(pad_index, device=device),
-        )
-        ends = list(itertools.accumulate(lengths))  # packed index past each sequence
+        step = prepare_step(cache, plan, self.kernel_set(), self.args.sliding_window)
+        ends = list(itertools.accumulate(step.lengths))  # packed index past each sequence
         if last_only:
-            rows = torch.tensor([e - 1 for e in ends], device=device)
-            logits = self(ids, pos, cache, meta, rows)  # (B, V)
-            return [logits[b : b + 1].float() for b in range(B)]
-        out = self(ids, pos, cache, meta, None, lm_head)  # (N, V), or (N, dim)
-        return [out[e - n : e].float() for e, n in zip(ends, lengths, strict=True)]
+            rows = torch.tensor([e - 1 for e in ends], device=step.tokens.device)
+            logits = self(step.tokens, step.positions, cache, step.meta, rows)  # (B, V)
+            return [logits[b : b + 1].float() for b in range(len(plan))]
+        out = self(step.tokens, step.positions, cache, step.meta, None, lm_head)  # (N, V|dim)
+        return [out[e - n : e].float() for e, n in zip(ends, step.lengths, strict=True)]
+
+
+@dataclass
+class StepInputs:
+    """A step plan packed for a forward: what the embedding, RoPE and attention take."""
+
+    tokens: torch.Tensor  # (N,) int64, the new tokens packed sequence by sequence
+    positions: torch.Tensor  # (N,) int64 RoPE positions
+    meta: AttentionMeta
+    lengths: list[int]  # new tokens of each sequence, in plan order
+
+
+def prepare_step(
+    cache: PagedKVCache, plan: Sequence[SeqStep], kernels: KernelSet, sliding_window: int | None
+) -> StepInputs:
+    """Reserve the plan's slots in `cache` and pack its new tokens into one (N,) batch: every
+    linear layer runs over the N real tokens only, however uneven the sequences (a prompt
+    chunk beside one-token decodes); only attention sees them padded, (B, Q). Shared by the
+    whole model and by pipeline stages, which run a layer range over the same plan."""
+    device = cache.k.device
+    B, Q = len(plan), max(len(s.tokens) for s in plan)
+    tokens, positions, slots, pad_index = [], [], [], []  # (N,) each, as Python lists
+    contexts, lengths = [], []
+    tree_mask = None  # (B, Q, Q) once some sequence is not a causal chain
+    for b, s in enumerate(plan):
+        n = len(s.tokens)
+        ctx = reserve_slots(cache, s.seq, n, sliding_window)
+        if s.parents is None and s.mask is None:  # a causal chain: the default mask
+            positions.extend(range(ctx, ctx + n))
+        else:
+            mask = step_mask(s)
+            if tree_mask is None:
+                tree_mask = torch.ones(Q, Q, dtype=torch.bool).tril().repeat(B, 1, 1)
+            tree_mask[b, :n, :n] = mask
+            positions.extend((ctx + mask.sum(-1) - 1).tolist())  # depth in the tree
+        tokens.extend(s.tokens)
+        slots.extend(cache.slots(s.seq, ctx, n))
+        pad_index.extend(range(b * Q, b * Q + n))
+        contexts.append(ctx)
+        lengths.append(n)
+    ids, pos, slot_mapping = torch.tensor([tokens, positions, slots], device=device)  # (N,)
+    context_lens, new_lens = torch.tensor([contexts, lengths], device=device)  # (B,)
+    meta = AttentionMeta(
+        slot_mapping=slot_mapping,
+        block_tables=cache.block_tables([s.seq for s in plan]),
+        context_lens=context_lens,
+        new_lens=new_lens,
+        tree_mask=None if tree_mask is None else tree_mask.to(device),
+        kernels=kernels,
+        max_new=Q,
+        pad_index=None if len(tokens) == B * Q else torch.tensor(pad_index, device=device),
+    )
+    return StepInputs(ids, pos, meta, lengths)
+
+
+def reserve_slots(cache: PagedKVCache, seq: Hashable, n: int, sliding_window: int | None) -> int:
+    """Start `seq` in the cache if new, reserve `n` slots; return its prior length."""
+    if seq not in cache.tables:
+        cache.allocate(seq)
+    ctx = cache.length(seq)
+    if sliding_window is not None and ctx + n > sliding_window:
+        raise ValueError(f"{seq!r}: {ctx + n} tokens exceed the sliding window {sliding_window}")
+    cache.append_slots(seq, n)
+    return ctx

@@ -145,6 +145,12 @@ _CATALOG: dict[str, ModelSpec] = {
         ModelSpec("mistral-7b", 32, 4096, 14336, 32, 8, 128, 32000, False, True, 32768),
         # Qwen/Qwen2-7B
         ModelSpec("qwen2-7b", 28, 3584, 18944, 28, 4, 128, 152064, False, True, 131072),
+        # lmsys/vicuna-{7b,13b,33b}-v1.3 (LLaMA-1 shapes; Spec-Bench's targets)
+        ModelSpec("vicuna-7b", 32, 4096, 11008, 32, 32, 128, 32000, False, True, 2048),
+        ModelSpec("vicuna-13b", 40, 5120, 13824, 40, 40, 128, 32000, False, True, 2048),
+        ModelSpec("vicuna-33b", 60, 6656, 17920, 52, 52, 128, 32000, False, True, 2048),
+        # double7/vicuna-68m (Spec-Bench's draft for speculative sampling)
+        ModelSpec("vicuna-68m", 2, 768, 3072, 12, 12, 64, 32000, False, True, 2048),
     )
 }
 

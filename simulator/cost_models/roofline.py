@@ -22,6 +22,7 @@ import numpy as np
 from simulator.catalogs.hardware import GPUSpec
 from simulator.catalogs.models import ModelSpec, dtype_bytes
 from simulator.cost_models.base import SplitCostModel, StepWork
+from simulator.cost_models.collectives import ring_all_reduces_s
 from workbench.scenario.system import RooflineCostConfig
 
 # Per token and layer, elementwise ops and GEMM inputs/outputs touch about ten hidden-sized
@@ -116,12 +117,36 @@ class RooflineCostModel(SplitCostModel):
         busy = max(flops / self._flops_rate, moved / self._bytes_rate)
         return busy + self._all_reduce_s(tokens) + self._overhead_s
 
+    # ---------------------------------------------------- one layer's parts (fidelity check)
+
+    def token_ops_layer_s(self, tokens: int) -> float:
+        """The roofline's price of one layer's token-level ops (GEMMs and activation
+        traffic) at `tokens` per step: the work Vidur's mlp.csv profiles."""
+        m = self.model
+        flops = tokens * float(m.linear_params_per_layer) * 2.0
+        moved = float(m.linear_params_per_layer * self._elem_bytes) + tokens * (
+            self._activation_bytes_per_token / m.num_layers
+        )
+        return max(flops / self._flops_rate, moved / self._bytes_rate)
+
+    def decode_attention_layer_s(self, batch: int, kv_tokens: int) -> float:
+        """One layer's decode attention: `batch` queries over `kv_tokens` keys in all."""
+        m = self.model
+        flops = float(m.attention_flops_per_query_key) / m.num_layers * kv_tokens
+        moved = self._kv_bytes_per_token / m.num_layers * kv_tokens
+        return max(flops / self._flops_rate, moved / self._bytes_rate)
+
+    def prefill_attention_layer_s(self, chunk: int, cached: int) -> float:
+        """One layer's attention for a prefill chunk over `cached` tokens."""
+        m = self.model
+        flops = m.prefill_attention_flops(chunk, cached) / m.num_layers
+        moved = self._kv_bytes_per_token / m.num_layers * (cached + chunk)
+        return max(flops / self._flops_rate, moved / self._bytes_rate)
+
     def _all_reduce_s(self, tokens: int) -> float:
-        """Two ring all-reduces per layer of the step's hidden states."""
-        t = self.tensor_parallel
-        if t == 1 or tokens == 0:
-            return 0.0
-        message = float(tokens * self.model.hidden_size * self._elem_bytes)
         link = self.gpu.interconnect_bandwidth_bytes_s * self.cfg.interconnect_efficiency
-        one = 2.0 * (t - 1) / t * message / link + self.gpu.collective_latency_s
-        return 2 * self.model.num_layers * one
+        m = self.model
+        return ring_all_reduces_s(
+            tokens, m.hidden_size, self._elem_bytes, m.num_layers, self.tensor_parallel, link,
+            self.gpu.collective_latency_s,
+        )  # fmt: skip

@@ -24,15 +24,19 @@ launch-overhead terms.
 
 from __future__ import annotations
 
-import csv
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from simulator.catalogs.models import ModelSpec
 from simulator.cost_models.base import SplitCostModel, StepWork
+from simulator.cost_models.profile_csv import (
+    op_column,
+    read_profile_table,
+    select_rows,
+    stat_column,
+)
 from workbench.errors import WorkbenchError
 from workbench.scenario.system import VidurProfileCostConfig
 
@@ -219,82 +223,6 @@ def _fill_row(points: dict[float, list[float]], cols: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------ CSV loading
 
 
-@dataclass(frozen=True)
-class _Table:
-    """The needed columns of a CSV, as strings, with where it came from."""
-
-    source: str
-    field: str
-    columns: dict[str, list[str]]
-
-    def numbers(self, name: str) -> np.ndarray:
-        return np.array([float(v) if v else np.nan for v in self.columns[name]], dtype=np.float64)
-
-    def keep(self, mask: np.ndarray) -> _Table:
-        picked = {
-            k: [v for v, m in zip(col, mask, strict=True) if m] for k, col in self.columns.items()
-        }
-        return _Table(self.source, self.field, picked)
-
-    def __len__(self) -> int:
-        return len(next(iter(self.columns.values()), []))
-
-
-def _read_table(path: Path, field: str, required: list[str], optional: list[str]) -> _Table:
-    """Read only the named columns (the attention file has 32, we need ~8)."""
-    source = str(path)
-    try:
-        with path.open(newline="") as handle:
-            reader = csv.reader(handle)
-            header = next(reader, None)
-            if header is None:
-                raise WorkbenchError(
-                    "empty CSV (expected a Vidur profile)", source=source, field=field
-                )
-            index = {name: i for i, name in enumerate(header)}
-            missing = [name for name in required if name not in index]
-            if missing:
-                raise WorkbenchError(
-                    f"missing column(s) {', '.join(missing)} (not a Vidur profile of this kind?)",
-                    source=source,
-                    field=field,
-                )
-            wanted = [name for name in required + optional if name in index]
-            picks = [index[name] for name in wanted]
-            rows = [[row[i] for i in picks] for row in reader if row]
-    except OSError as exc:
-        raise WorkbenchError(f"cannot read ({exc.strerror})", source=source, field=field) from None
-    except IndexError:
-        raise WorkbenchError(
-            "a row has fewer fields than the header", source=source, field=field
-        ) from None
-    columns = {name: [row[k] for row in rows] for k, name in enumerate(wanted)}
-    return _Table(source, field, columns)
-
-
-def _stat(op: str, statistic: str) -> str:
-    return f"time_stats.{op}.{statistic}"
-
-
-def _select(table: _Table, expected: dict[str, int], what: str) -> _Table:
-    """Rows whose key columns equal `expected`; a clear error when none do."""
-    mask = np.ones(len(table), dtype=bool)
-    for key, value in expected.items():
-        mask &= table.numbers(key) == value
-    if mask.all():
-        return table
-    if mask.any():
-        return table.keep(mask)
-    found = {key: sorted({int(v) for v in table.numbers(key) if v == v}) for key in expected}
-    wanted = ", ".join(f"{k}={v}" for k, v in expected.items())
-    profiled = ", ".join(f"{k} in {v}" for k, v in found.items())
-    raise WorkbenchError(
-        f"no rows for {what} ({wanted}); the file has {profiled}",
-        source=table.source,
-        field=table.field,
-    )
-
-
 def _model_keys(model: ModelSpec, heads_key: str) -> dict[str, int]:
     return {
         heads_key: model.num_attention_heads,
@@ -307,28 +235,22 @@ def _load_token_ops(
     cfg: VidurProfileCostConfig, model: ModelSpec, tensor_parallel: int
 ) -> tuple[Curve, Curve]:
     """(per-layer sum of TOKEN_OPS, embedding) against num_tokens."""
-    stats = [_stat(op, cfg.statistic) for op in (*TOKEN_OPS, "emb")]
+    stats = [stat_column(op, cfg.statistic) for op in (*TOKEN_OPS, "emb")]
     keys = ["n_head", "n_kv_head", "n_embd", "n_expanded_embd", "num_tokens"]
     keys.append("num_tensor_parallel_workers")
-    table = _read_table(cfg.mlp_csv, "cost_model.mlp_csv", keys, stats)
+    table = read_profile_table(cfg.mlp_csv, "cost_model.mlp_csv", keys, stats)
     model_keys = _model_keys(model, "n_head") | {"n_expanded_embd": model.intermediate_size}
-    table = _select(table, model_keys, f"model {model.name}")
-    table = _select(table, {"num_tensor_parallel_workers": tensor_parallel}, "this TP degree")
+    table = select_rows(table, model_keys, f"model {model.name}")
+    table = select_rows(table, {"num_tensor_parallel_workers": tensor_parallel}, "this TP degree")
     tokens = table.numbers("num_tokens")
     layer = np.zeros(len(table))
     for op in TOKEN_OPS:
-        layer = layer + _op_column(table, _stat(op, cfg.statistic))
-    emb = _op_column(table, _stat("emb", cfg.statistic))
+        layer = layer + op_column(table, stat_column(op, cfg.statistic))
+    emb = op_column(table, stat_column("emb", cfg.statistic))
     return (
         curve_from_points(_group(tokens, layer), table.source, "token ops"),
         curve_from_points(_group(tokens, emb), table.source, "emb"),
     )
-
-
-def _op_column(table: _Table, name: str) -> np.ndarray:
-    if name not in table.columns:
-        return np.zeros(len(table))
-    return np.nan_to_num(table.numbers(name), nan=0.0)
 
 
 def _group(x: np.ndarray, y: np.ndarray) -> dict[float, list[float]]:
@@ -345,22 +267,22 @@ def _load_attention(
     s = cfg.statistic
     keys = ["n_embd", "n_q_head", "n_kv_head", "num_tensor_parallel_workers"]
     keys += ["batch_size", "prefill_chunk_size", "kv_cache_size"]
-    table = _read_table(
+    table = read_profile_table(
         cfg.attention_csv,
         "cost_model.attention_csv",
-        [*keys, _stat("attn_prefill", s), _stat("attn_decode", s)],
-        [_stat(op, s) for op in ATTENTION_EXTRA_OPS],
+        [*keys, stat_column("attn_prefill", s), stat_column("attn_decode", s)],
+        [stat_column(op, s) for op in ATTENTION_EXTRA_OPS],
     )
-    table = _select(table, _model_keys(model, "n_q_head"), f"model {model.name}")
-    table = _select(table, {"num_tensor_parallel_workers": tensor_parallel}, "this TP degree")
+    table = select_rows(table, _model_keys(model, "n_q_head"), f"model {model.name}")
+    table = select_rows(table, {"num_tensor_parallel_workers": tensor_parallel}, "this TP degree")
     extra = np.zeros(len(table))
     for op in ATTENTION_EXTRA_OPS:
-        extra = extra + _op_column(table, _stat(op, s))
+        extra = extra + op_column(table, stat_column(op, s))
     chunk = table.numbers("prefill_chunk_size")
     cached = table.numbers("kv_cache_size")
     is_decode = chunk == 0  # as Vidur decides it
-    prefill = table.numbers(_stat("attn_prefill", s)) + extra
-    decode = table.numbers(_stat("attn_decode", s)) + extra
+    prefill = table.numbers(stat_column("attn_prefill", s)) + extra
+    decode = table.numbers(stat_column("attn_decode", s)) + extra
     return (
         _grid(_group2(chunk, cached, prefill, ~is_decode), table.source, "attn_prefill"),
         _grid(
@@ -392,8 +314,8 @@ def _load_all_reduce(cfg: VidurProfileCostConfig, tensor_parallel: int) -> Curve
             f"tensor_parallel {tensor_parallel} needs an all_reduce.csv profile",
             field="cost_model.all_reduce_csv",
         )
-    stat = _stat("all_reduce", cfg.statistic)
-    table = _read_table(
+    stat = stat_column("all_reduce", cfg.statistic)
+    table = read_profile_table(
         cfg.all_reduce_csv,
         "cost_model.all_reduce_csv",
         ["num_workers", "devices_per_node", "size", stat],
@@ -403,6 +325,6 @@ def _load_all_reduce(cfg: VidurProfileCostConfig, tensor_parallel: int) -> Curve
         is_all_reduce = np.array([c == "all_reduce" for c in table.columns["collective"]])
         table = table.keep(is_all_reduce)
     workers = {"num_workers": tensor_parallel, "devices_per_node": tensor_parallel}
-    table = _select(table, workers, "this TP degree within one node")
+    table = select_rows(table, workers, "this TP degree within one node")
     points = _group(table.numbers("size"), table.numbers(stat))
     return curve_from_points(points, table.source, "all_reduce")

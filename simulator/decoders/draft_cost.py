@@ -6,24 +6,22 @@ sequence: a draft's first forward of a step catches up on the tokens it has not 
 then the bonus token, plus the last drafted token when the whole chain was accepted) and
 yields the first proposal; each further drafted token is one more single-token forward.
 A token tree takes one forward per level, feeding the tree so far, and caches none of it.
-The draft is priced by a roofline model of its own shape on the scenario's hardware (the
-scenario's roofline efficiencies when it uses the roofline, defaults otherwise: profiles
-of the target say nothing about the draft).
+The draft is priced by a catalog cost model of its own shape on the scenario's hardware
+(`cost_models.factory.shape_cost_model`: the fitted kernels when the scenario uses them, else
+the roofline; profiles of the target say nothing about the draft).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from simulator.catalogs.hardware import get_gpu
 from simulator.catalogs.models import MODEL_CATALOG, ModelSpec, model_from_hf_config
 from simulator.catalogs.suggest import unknown_name_message
 from simulator.cost_models.base import CostModel, StepWork
-from simulator.cost_models.roofline import RooflineCostModel
+from simulator.cost_models.factory import shape_cost_model
 from workbench.errors import WorkbenchError
 from workbench.scenario.decoders import SpeculativeDecoderConfig
 from workbench.scenario.scenario import Scenario
-from workbench.scenario.system import RooflineCostConfig
 
 
 def draft_model_spec(cfg: SpeculativeDecoderConfig) -> ModelSpec:
@@ -45,12 +43,7 @@ def draft_model_spec(cfg: SpeculativeDecoderConfig) -> ModelSpec:
 
 
 def draft_cost_model(scenario: Scenario, spec: ModelSpec) -> CostModel:
-    cfg = scenario.cost_model
-    roofline = cfg if isinstance(cfg, RooflineCostConfig) else RooflineCostConfig(kind="roofline")
-    hw = scenario.hardware
-    return RooflineCostModel(
-        spec, get_gpu(hw.gpu), hw.tensor_parallel, scenario.model.dtype, roofline
-    )
+    return shape_cost_model(scenario, spec)
 
 
 class DraftCache:

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from workbench.errors import WorkbenchError
 from workbench.scenario.base import StrictModel
 
 
@@ -203,14 +204,161 @@ class LookaheadDecoderConfig(StrictModel):
         return self.step_tokens - 1
 
 
+class EmulatedLinkConfig(StrictModel):
+    """A slower interconnect emulated on one machine: each message between two pipeline
+    stages is held back by the sender. Emulation, not a network model."""
+
+    latency_ms: float = Field(default=0.0, ge=0, description="One-way delay per hop.")
+    bandwidth_gbps: float | None = Field(
+        default=None,
+        gt=0,
+        description="Serialisation rate per hop in Gbit/s (messages on a hop queue behind "
+        "each other); null: no bandwidth limit.",
+    )
+
+
+class PipelineOptions(StrictModel):
+    """How the real backend runs the stages of `hardware.pipeline_parallel`."""
+
+    layer_split: list[float] | None = Field(
+        default=None,
+        description="Relative share of the target's layers per stage, head first (as "
+        "PipeInfer's --mpi-layer-split); default: as even as possible, extra layers to the "
+        "first stages.",
+    )
+    emulated_link: EmulatedLinkConfig | None = Field(
+        default=None,
+        description="Emulate a slow interconnect between stages (off: the real local link).",
+    )
+    emulated_layer_ms: float = Field(
+        default=0.0,
+        ge=0,
+        description="Emulate slower nodes: every stage sleeps this long after each layer it "
+        "computes (off: 0). Cancellation is checked between layers, as without it.",
+    )
+    threads_per_stage: int | None = Field(
+        default=None,
+        gt=0,
+        description="torch threads of each stage process; default: the machine's cores "
+        "shared evenly among the stages started on it.",
+    )
+    stage_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A stage silent this long (no message, no heartbeat) fails the run.",
+    )
+
+    @model_validator(mode="after")
+    def _positive_split(self) -> PipelineOptions:
+        if self.layer_split is not None and any(w <= 0 for w in self.layer_split):
+            raise ValueError("every layer_split share must be positive")
+        return self
+
+
+class PipelineDecoderConfig(StrictModel):
+    kind: Literal["pipeline"] = Field(
+        description="Pipeline-parallel greedy decoding: one token per run, one run in flight "
+        "through the `hardware.pipeline_parallel` stages (real backend)."
+    )
+    pipeline: PipelineOptions = Field(
+        default_factory=PipelineOptions, description="Stage processes and emulation."
+    )
+
+    @property
+    def max_draft_tokens(self) -> int:
+        return 0
+
+
+class PipeInferDecoderConfig(StrictModel):
+    kind: Literal["pipeinfer"] = Field(
+        description="PipeInfer (Butler et al., SC'24): greedy speculative runs through the "
+        "pipeline stages, launched asynchronously, with early cancellation (real backend)."
+    )
+    draft: DraftModelConfig = Field(
+        default_factory=DraftModelConfig, description="The draft model, on the head stage."
+    )
+    asynchronous: bool = Field(
+        default=True,
+        description="true: PipeInfer's continuous asynchronous speculation; false: "
+        "synchronous speculative decoding over the same stages (one run in flight: the last "
+        "token and its drafted tree), the paper's baseline with the same drafting rule.",
+    )
+    max_draft_tokens: int = Field(
+        default=4, gt=0, le=64, description="n_draft: drafted tokens per run at most."
+    )
+    max_branches: int = Field(
+        default=1, gt=0, le=8, description="n_parallel: branches a run's draft tree may have."
+    )
+    p_accept: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="A branch stops drafting when the draft's top probability falls under "
+        "p_accept + p_adjust.",
+    )
+    p_split: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="A branch splits off a sibling for a candidate whose draft probability "
+        "exceeds p_split + p_adjust.",
+    )
+    p_recovery: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="p_adjust grows by this per speculative run launched since the last "
+        "result came back (deeper speculation needs more confidence).",
+    )
+    p_decay: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="p_adjust shrinks by this per empty draft since the last commit (lets "
+        "speculation resume after the draft lost confidence).",
+    )
+    max_runs_in_flight: int = Field(
+        default=8, gt=0, le=64, description="Live runs in the pipeline at most."
+    )
+    pipeline: PipelineOptions = Field(
+        default_factory=PipelineOptions, description="Stage processes and emulation."
+    )
+
+
+PIPELINE_DECODER_KINDS = ("pipeline", "pipeinfer")
+
 DecoderConfig = Annotated[
-    VanillaDecoderConfig | SpeculativeDecoderConfig | LookaheadDecoderConfig,
+    VanillaDecoderConfig
+    | SpeculativeDecoderConfig
+    | LookaheadDecoderConfig
+    | PipelineDecoderConfig
+    | PipeInferDecoderConfig,
     Field(discriminator="kind"),
 ]
 
 
 def lookahead_slots(
-    decoder: VanillaDecoderConfig | SpeculativeDecoderConfig | LookaheadDecoderConfig,
+    decoder: VanillaDecoderConfig
+    | SpeculativeDecoderConfig
+    | LookaheadDecoderConfig
+    | PipelineDecoderConfig
+    | PipeInferDecoderConfig,
 ) -> int:
     """KV slots a decode step writes beyond its one emitted token (0 for vanilla)."""
     return 0 if isinstance(decoder, VanillaDecoderConfig) else decoder.max_draft_tokens
+
+
+def refuse_on_simulator(decoder: DecoderConfig, pipeline_parallel: int) -> None:
+    """The simulator has no pipeline-parallel or PipeInfer model yet: refuse, never
+    simulate such a scenario as something else."""
+    if decoder.kind in PIPELINE_DECODER_KINDS:
+        raise WorkbenchError(
+            f"decoder {decoder.kind!r} runs on the real backend only: the simulator has no "
+            "pipeline model yet",
+            field="decoder.kind",
+        )
+    if pipeline_parallel > 1:
+        raise WorkbenchError(
+            "the simulator does not model pipeline parallelism yet",
+            field="hardware.pipeline_parallel",
+        )

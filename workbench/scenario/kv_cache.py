@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, model_validator
 
 from workbench.scenario.base import StrictModel
 
@@ -21,3 +23,22 @@ class KVCacheConfig(StrictModel):
         gt=0,
         description="Override the derived KV capacity (blocks per replica).",
     )
+    sizing: Literal["vllm", "vidur"] = Field(
+        default="vllm",
+        description="How the simulator derives the capacity when num_blocks is not given: "
+        "`vllm` (memory less weights, an activation peak of one step's token budget and "
+        "runtime overhead) or `vidur` (Vidur's memory planner: whole requests of "
+        "`max_request_tokens`, transformer-layer weights only, no activation reserve).",
+    )
+    max_request_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        description="With sizing `vidur`: the tokens of one request slot (Vidur's max_tokens, "
+        "the trace's prompt + output limit).",
+    )
+
+    @model_validator(mode="after")
+    def _vidur_needs_slot_tokens(self) -> KVCacheConfig:
+        if self.sizing == "vidur" and self.max_request_tokens is None:
+            raise ValueError("sizing vidur needs max_request_tokens (Vidur's max_tokens)")
+        return self

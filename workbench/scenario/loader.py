@@ -28,7 +28,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise WorkbenchError("file not found", source=str(path))
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)
+    except DuplicateKey as exc:
+        raise WorkbenchError(str(exc), source=str(path)) from None
     except UnicodeDecodeError as exc:
         raise WorkbenchError(f"not a UTF-8 text file ({exc.reason})", source=str(path)) from None
     except OSError as exc:
@@ -43,6 +45,25 @@ def read_yaml(path: Path) -> dict[str, Any]:
             "expected a mapping of scenario fields at the top level", source=str(path)
         )
     return data
+
+
+class DuplicateKey(Exception):
+    """A mapping names the same key twice."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (the plain loader
+    keeps the last value silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise DuplicateKey(f"key {key!r} appears twice (lines {seen[key]} and {line})")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 def apply_override(data: dict[str, Any], item: str, *, source: str) -> None:

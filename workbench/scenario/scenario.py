@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from workbench.scenario.base import StrictModel
+from workbench.scenario.plan import PlanConfig
 from workbench.scenario.system import (
     ClusterConfig,
     CostModelConfig,
@@ -59,6 +60,9 @@ class Scenario(StrictModel):
         default_factory=SimulatorConfig, description="Simulator engine options."
     )
     sweep: SweepConfig | None = Field(default=None, description="Optional grid of variants.")
+    plan: PlanConfig | None = Field(
+        default=None, description="`workbench plan`: SLOs, a search space and an objective."
+    )
 
     def config_json(self) -> str:
         """Canonical JSON of the effective scenario (stable key order)."""

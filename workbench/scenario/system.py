@@ -45,12 +45,31 @@ class ModelConfig(StrictModel):
     )
 
 
+class StageLinkConfig(StrictModel):
+    """A link between pipeline stages: a fixed latency plus bytes over a bandwidth."""
+
+    latency_us: float = Field(ge=0, description="One-way latency per hop, microseconds.")
+    bandwidth_gb_s: float = Field(gt=0, description="Bandwidth per hop, gigabytes per second.")
+
+
 class ClusterConfig(StrictModel):
     """Hardware: a catalog GPU, how many replicas, and the parallelism inside one."""
 
-    gpu: str = Field(description="Hardware catalog name: a100-80gb, h100-sxm, h200, l40s, cpu.")
+    gpu: str = Field(
+        description="Hardware catalog name: a100-80gb, h100-sxm, h200, l40s, a40, rtx3090, cpu."
+    )
     replicas: int = Field(default=1, gt=0, description="Independent model replicas.")
     tensor_parallel: int = Field(default=1, gt=0, description="GPUs per replica (TP degree).")
+    pipeline_parallel: int = Field(
+        default=1,
+        gt=0,
+        description="Pipeline stages per replica: contiguous layer ranges, one process each.",
+    )
+    stage_link: StageLinkConfig | None = Field(
+        default=None,
+        description="Simulator: the hop between pipeline stages (hidden states of a step's "
+        "tokens); null: the GPUs' interconnect, as within one node.",
+    )
 
 
 class RooflineCostConfig(StrictModel):
@@ -94,8 +113,33 @@ class FixedStepCostConfig(StrictModel):
     step_ms: float = Field(gt=0, description="Duration of every step.")
 
 
+class FittedCostConfig(StrictModel):
+    kind: Literal["fitted"] = Field(
+        description="Kernels priced by their shapes with the GPU's efficiencies fitted to "
+        "measured GEMM, elementwise and attention kernels (hardware catalog, or `fit_path`)."
+    )
+    fit_path: Path | None = Field(
+        default=None,
+        description="A kernel fit JSON written by `workbench fit-cost-model` (your own "
+        "measurements); default: the hardware catalog's fit for hardware.gpu.",
+    )
+    interconnect_efficiency: float = Field(
+        default=0.7, gt=0, le=1, description="Achieved share of the TP link bandwidth."
+    )
+    step_overhead_ms: float = Field(
+        default=1.0, ge=0, description="Fixed CPU/scheduling overhead per engine step."
+    )
+    layer_overhead_ms: float = Field(
+        default=0.0,
+        ge=0,
+        description="Host time per transformer layer per forward, added to the kernels: an "
+        "eager framework (Hugging Face without CUDA graphs) launches each layer's kernels from "
+        "Python. 0 for an engine that hides it (CUDA graphs).",
+    )
+
+
 CostModelConfig = Annotated[
-    RooflineCostConfig | VidurProfileCostConfig | FixedStepCostConfig,
+    RooflineCostConfig | VidurProfileCostConfig | FixedStepCostConfig | FittedCostConfig,
     Field(discriminator="kind"),
 ]
 
@@ -117,6 +161,12 @@ class ContinuousBatchingConfig(StrictModel):
     admission: AdmissionConfig = Field(
         default_factory=lambda: FcfsAdmission(kind="fcfs"),
         description="Which waiting request is admitted next: FCFS or by predicted length.",
+    )
+    prompt_blocks: Literal["per_chunk", "whole_prompt"] = Field(
+        default="per_chunk",
+        description="KV blocks a chunked prompt takes: each chunk's as it is scheduled "
+        "(vLLM V1), or the whole prompt's at admission (vLLM V0, Vidur's Sarathi), which "
+        "admits fewer requests at once and preempts less.",
     )
     kv_cache: KVCacheConfig = Field(default_factory=KVCacheConfig, description="Paged KV budget.")
 
@@ -141,8 +191,10 @@ SchedulerConfig = Annotated[
 
 
 class RoutingConfig(StrictModel):
-    kind: Literal["round_robin", "least_outstanding"] = Field(
-        default="round_robin", description="How arrivals are spread over replicas."
+    kind: Literal["round_robin", "least_outstanding", "least_waiting"] = Field(
+        default="round_robin",
+        description="How arrivals are spread over replicas: in turn; to the fewest queued + "
+        "running requests; or to the fewest queued only (Vidur's `lor`).",
     )
 
 

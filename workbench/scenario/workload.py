@@ -15,6 +15,12 @@ from workbench.scenario.base import StrictModel
 class PoissonArrivals(StrictModel):
     kind: Literal["poisson"] = Field(description="Poisson process: exponential gaps.")
     rate_per_s: float = Field(gt=0, description="Mean arrival rate in requests per second.")
+    max_gap_mean_gaps: float | None = Field(
+        default=None,
+        gt=0,
+        description="Cap every gap at this many mean gaps (Vidur caps at 3, which raises the "
+        "real rate by 5 %). Null: gaps are never clipped.",
+    )
 
 
 class GammaArrivals(StrictModel):
@@ -153,10 +159,37 @@ class TraceLengths(StrictModel):
         default="sequential",
         description="Take rows in file order (wrapping around) or in a seeded random order.",
     )
+    prompt_scale: float = Field(
+        default=1.0,
+        gt=0,
+        description="Multiply every prompt length by this, rounded, at least 1 (what-if: longer "
+        "prompts); applied before the clips.",
+    )
+    output_scale: float = Field(
+        default=1.0, gt=0, description="Multiply every output length by this, as prompt_scale."
+    )
     max_prompt_tokens: int | None = Field(
         default=None, gt=0, description="Clip longer prompts to this (the context window)."
     )
     max_output_tokens: int | None = Field(default=None, gt=0, description="Clip longer outputs.")
+    max_total_tokens: int | None = Field(
+        default=None,
+        gt=1,
+        description="Context limit on prompt + output (after the max_* clips), e.g. the "
+        "model's max_model_len. Null: none.",
+    )
+    over_total: Literal["clip_prompt", "proportional", "drop"] = Field(
+        default="clip_prompt",
+        description="A row over max_total_tokens: `clip_prompt` cuts its prompt to fit (the "
+        "output kept while it leaves a prompt token); `proportional` cuts both by their share "
+        "of the excess, rounded up, each kept >= 1 (Vidur's rule); `drop` leaves the row out.",
+    )
+
+    @model_validator(mode="after")
+    def _total_needs_prompts(self) -> TraceLengths:
+        if self.max_total_tokens is not None and self.prompt_column is None:
+            raise ValueError("max_total_tokens needs a prompt_column (prompt + output per row)")
+        return self
 
 
 class PromptsConfig(StrictModel):

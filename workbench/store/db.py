@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from workbench.errors import WorkbenchError
+from workbench.metrics import DEFAULT_PERCENTILES, SummaryValue
 from workbench.records import (
     EmissionSpans,
     RequestRecords,
@@ -28,14 +29,21 @@ from workbench.records import (
     StepRecords,
 )
 from workbench.store.schema import (
+    CONFIG_COLUMNS,
+    LABEL_COLUMN,
     LEGACY_COLUMNS,
     MIGRATIONS,
     NUMPY_DTYPES,
     OLDEST_READABLE_VERSION,
+    OPTIONAL_SUMMARY_KEYS,
     RECORD_TABLES,
     SCHEMA_VERSION,
+    SUMMARY_COLUMNS,
+    PythonStep,
     create_statements,
+    fill_config_columns_sql,
 )
+from workbench.store.summaries import summarize_run, summary_row
 
 MEMORY = ":memory:"
 RUN_COLUMNS = [
@@ -43,7 +51,9 @@ RUN_COLUMNS = [
     "scheduler", "seed", "versions", "git_sha", "started_at", "finished_at", "status",
     "sweep_point", "info",
 ]  # fmt: skip
-EXPORTABLE = ("runs", *RECORD_TABLES, "request_metrics", "run_summary")
+# Read from `runs` beside RUN_COLUMNS (schema 4; derived for older databases).
+RUN_EXTRA_COLUMNS = [LABEL_COLUMN[0], *CONFIG_COLUMNS]
+EXPORTABLE = ("runs", *RECORD_TABLES, "run_summaries", "request_metrics", "run_summary")
 _RECORD_CLASSES = {"requests": RequestRecords, "steps": StepRecords, "emissions": EmissionSpans}
 _NOT_OURS = "not a workbench results database"
 # Errors write_run reports as one WorkbenchError after rolling back (bad records, bad JSON
@@ -93,17 +103,32 @@ class ResultsStore:
 
     # ------------------------------------------------------------ writing
 
-    def write_run(self, meta: RunMeta, records: RunRecords) -> str:
-        """Write the run's row and all its records in one transaction; returns the run id."""
+    def write_run(
+        self,
+        meta: RunMeta,
+        records: RunRecords,
+        *,
+        summary: dict[str, SummaryValue] | None = None,
+        label: str | None = None,
+    ) -> str:
+        """Write the run's row, its summary and all its records in one transaction; returns
+        the run id.
+
+        summary: `workbench.metrics.summarize` of these records under the run's SLOs at the
+        default percentiles, when the caller has it already; computed here otherwise.
+        label: the user's name for the run (`workbench run --label`)."""
         if self._con.execute("SELECT 1 FROM runs WHERE run_id = ?", [meta.run_id]).fetchall():
             raise WorkbenchError(
                 f"run {meta.run_id!r} is already in the database", source=self.path
             )
         self._con.execute("BEGIN TRANSACTION")
         try:
+            if summary is None:  # bad records fail here: rolled back, reported as below
+                summary = summarize_run(records, meta.config_json)
             for table in RECORD_TABLES:
                 self._insert_records(table, getattr(records, table), meta.run_id)
-            self._insert_run_row(meta, records.info)
+            self._insert_run_row(meta, records.info, label)
+            self._insert_summary(meta.run_id, summary)
             self._con.execute("COMMIT")
         except BaseException as error:
             self._rollback()
@@ -131,25 +156,42 @@ class ResultsStore:
         finally:
             self._con.unregister("_wb_source")
 
-    def _insert_run_row(self, meta: RunMeta, info: dict[str, str]) -> None:
+    def _insert_run_row(self, meta: RunMeta, info: dict[str, str], label: str | None) -> None:
         row = [
             meta.run_id, meta.scenario_name, meta.scenario_hash, meta.config_json,
             meta.backend, meta.decoder, meta.scheduler, int(meta.seed),
             json.dumps(meta.versions, sort_keys=True), meta.git_sha,
             _to_utc(meta.started_at), _to_utc(meta.finished_at), "complete",
-            meta.sweep_point, json.dumps(info, sort_keys=True),
+            meta.sweep_point, json.dumps(info, sort_keys=True), label,
         ]  # fmt: skip
-        marks = ", ".join("?" for _ in RUN_COLUMNS)
-        self._con.execute(f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({marks})", row)
+        names = [*RUN_COLUMNS, LABEL_COLUMN[0]]
+        marks = ", ".join("?" for _ in names)
+        self._con.execute(f"INSERT INTO runs ({', '.join(names)}) VALUES ({marks})", row)
+        self._con.execute(fill_config_columns_sql(" WHERE run_id = ?"), [meta.run_id])
+
+    def _insert_summary(self, run_id: str, summary: dict[str, SummaryValue]) -> None:
+        values = [run_id, *summary_row(summary)]
+        marks = ", ".join("?" for _ in values)
+        self._con.execute(f"INSERT INTO run_summaries VALUES ({marks})", values)
 
     # ------------------------------------------------------------ reading
 
     def list_runs(self) -> list[dict[str, Any]]:
         """Every run's row (see `get_run`), oldest first."""
         rows = self._con.execute(
-            f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_at, run_id"
+            f"SELECT {self.run_columns_sql()} FROM runs ORDER BY started_at, run_id"
         ).fetchall()
         return [_run_dict(row) for row in rows]
+
+    def run_columns_sql(self) -> str:
+        """The SELECT list of a `runs` row: RUN_COLUMNS and RUN_EXTRA_COLUMNS, derived from
+        config_json where an older (read-only) database lacks them."""
+        present = self._table_columns("runs")
+        legacy = LEGACY_COLUMNS["runs"]
+        extra = [
+            name if name in present else f"{legacy[name]} AS {name}" for name in RUN_EXTRA_COLUMNS
+        ]
+        return ", ".join([*RUN_COLUMNS, *extra])
 
     def resolve_run_id(self, run_id: str) -> str:
         """The full run id for an id or a unique prefix of one."""
@@ -171,12 +213,41 @@ class ResultsStore:
         return matches[0]
 
     def get_run(self, run_id: str) -> dict[str, Any]:
-        """The run's row: RunMeta's fields (times as unix seconds) plus `status` and `info`."""
+        """The run's row: RunMeta's fields (times as unix seconds) plus `status`, `info`,
+        `label` and the configuration columns (`schema.CONFIG_COLUMNS`)."""
         full = self.resolve_run_id(run_id)
         rows = self._con.execute(
-            f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE run_id = ?", [full]
+            f"SELECT {self.run_columns_sql()} FROM runs WHERE run_id = ?", [full]
         ).fetchall()
         return _run_dict(rows[0])  # resolve_run_id found it
+
+    def run_summary(
+        self, run_id: str, percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+    ) -> dict[str, SummaryValue]:
+        """The run's summary, as `workbench run --json` printed it: stored since schema 4 (at
+        the default percentiles); recomputed from the records for other percentiles or an
+        older database opened read-only."""
+        full = self.resolve_run_id(run_id)
+        if tuple(percentiles) == DEFAULT_PERCENTILES:
+            stored = self._stored_summary(full)
+            if stored is not None:
+                return stored
+        run = self.get_run(full)
+        return summarize_run(self.load_records(full), run["config_json"], tuple(percentiles))
+
+    def _stored_summary(self, run_id: str) -> dict[str, SummaryValue] | None:
+        if not self._table_columns("run_summaries"):
+            return None
+        names = list(SUMMARY_COLUMNS)
+        rows = self._con.execute(
+            f"SELECT {', '.join(names)} FROM run_summaries WHERE run_id = ?", [run_id]
+        ).fetchall()
+        if not rows:
+            return None
+        stored = dict(zip(names, rows[0], strict=True))
+        # Keys a run's kind never has (decoder metrics of a vanilla run...) are NULL here
+        # and absent from summarize's dict; keys it always has stay, None or not.
+        return {k: v for k, v in stored.items() if v is not None or k not in OPTIONAL_SUMMARY_KEYS}
 
     def load_records(self, run_id: str) -> RunRecords:
         """The run's records as written (same columns, dtypes and row order)."""
@@ -215,10 +286,18 @@ class ResultsStore:
 
     def completed_hashes(self) -> set[str]:
         """scenario_hash of every complete run: what a resumed sweep may skip."""
+        return set(self.completed_runs_by_hash())
+
+    def completed_runs_by_hash(self) -> dict[str, list[str]]:
+        """scenario_hash → ids of the complete runs of that configuration, oldest first."""
         rows = self._con.execute(
-            "SELECT DISTINCT scenario_hash FROM runs WHERE status = 'complete'"
+            "SELECT scenario_hash, run_id FROM runs WHERE status = 'complete' "
+            "ORDER BY started_at, run_id"
         ).fetchall()
-        return {r[0] for r in rows}
+        runs: dict[str, list[str]] = {}
+        for scenario_hash, run_id in rows:
+            runs.setdefault(scenario_hash, []).append(run_id)
+        return runs
 
     def export_parquet(self, table: str, out_path: str | Path, run_id: str | None = None) -> Path:
         """Copy a table or view (optionally one run's rows) to a Parquet file."""
@@ -275,7 +354,7 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection, label: str, read_only: bool) 
     except duckdb.Error as error:
         raise WorkbenchError(f"{_NOT_OURS} (corrupt): {error}", source=label) from error
     if not tables and not read_only:
-        _run_in_transaction(con, [*create_statements(), _version_insert(SCHEMA_VERSION)])
+        _run_in_transaction(con, [*create_statements(), _version_insert(SCHEMA_VERSION)], label)
         return
     if "schema_version" not in tables:
         raise WorkbenchError(f"{_NOT_OURS} (it has no schema_version table)", source=label)
@@ -298,19 +377,43 @@ def _migrate(con: duckdb.DuckDBPyConnection, label: str, found: int, read_only: 
             + (" when opened read-only" if read_only and not missing else ""),
             source=label,
         )
-    statements = [s for v in range(found, SCHEMA_VERSION) for s in MIGRATIONS[v]]
-    _run_in_transaction(con, [*statements, _version_insert(SCHEMA_VERSION)])
+    steps = [step for v in range(found, SCHEMA_VERSION) for step in MIGRATIONS[v]]
+    _run_in_transaction(con, [*steps, _version_insert(SCHEMA_VERSION)], label)
+
+
+def _summarize_stored_runs(con: duckdb.DuckDBPyConnection, label: str) -> None:
+    """Fill run_summaries for the runs of an older database: their records and SLOs give
+    exactly what `workbench run` would have stored."""
+    store = ResultsStore(con, label)
+    for (run_id,) in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall():
+        try:
+            summary = store.run_summary(run_id)
+        except WorkbenchError as error:
+            raise WorkbenchError(
+                f"cannot upgrade to schema 4 (nothing changed): run {run_id!r} does not "
+                f"summarize: {error.one_line()}",
+                source=label,
+            ) from None
+        store._insert_summary(run_id, summary)
+
+
+_PYTHON_STEPS = {"summarize_stored_runs": _summarize_stored_runs}
 
 
 def _version_insert(version: int) -> str:
     return f"INSERT INTO schema_version VALUES ({int(version)}, now()::TIMESTAMP)"
 
 
-def _run_in_transaction(con: duckdb.DuckDBPyConnection, statements: list[str]) -> None:
+def _run_in_transaction(
+    con: duckdb.DuckDBPyConnection, steps: list[str | PythonStep], label: str
+) -> None:
     con.execute("BEGIN TRANSACTION")
     try:
-        for statement in statements:
-            con.execute(statement)
+        for step in steps:
+            if isinstance(step, PythonStep):
+                _PYTHON_STEPS[step.name](con, label)
+            else:
+                con.execute(step)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -334,7 +437,7 @@ def _arrow_table(table: str, records: object) -> pa.Table:
 
 
 def _run_dict(row: tuple[Any, ...]) -> dict[str, Any]:
-    run = dict(zip(RUN_COLUMNS, row, strict=True))
+    run = dict(zip([*RUN_COLUMNS, *RUN_EXTRA_COLUMNS], row, strict=True))
     run["versions"] = json.loads(run["versions"]) if run["versions"] else {}
     run["info"] = json.loads(run["info"]) if run["info"] else {}
     run["started_at"] = _from_utc(run["started_at"])
@@ -352,6 +455,12 @@ def _from_utc(moment: datetime | None) -> float | None:
 
 def _sql_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+def run_wall_s(run: dict[str, Any]) -> float | None:
+    """How long a run took on the wall clock, from its `get_run` row."""
+    started, finished = run.get("started_at"), run.get("finished_at")
+    return None if started is None or finished is None else float(finished) - float(started)
 
 
 def run_meta_from_row(run: dict[str, Any]) -> RunMeta:

@@ -5,13 +5,30 @@ Record tables hold exactly the columns of the `workbench.records` dataclasses, w
 the numpy dtypes `load_records` gives back (a test checks they match the dataclasses).
 Views recompute the per-request metrics in SQL the same way as `workbench.metrics`, which
 stays the reference (ITL needs the span arithmetic and lives in Python only).
+
+Since schema 4 a run's summary as `workbench.metrics.summarize` computes it (what the CLI
+prints) is stored whole in `run_summaries`, one plain column per key, and the `runs` row
+carries its main configuration values as plain columns (`CONFIG_COLUMNS`), so SQL and
+DataFrames see what the CLI prints. `docs/results.md` documents every column (a test
+compares it with this schema).
+
+Migrations: `MIGRATIONS[v]` lists the steps from version v to v + 1, SQL statements or
+`PythonStep`s (work SQL cannot do, run by `workbench.store.db` in the same transaction). A
+new table (an `outputs` or `profiles` table, say) is one more entry and a version bump.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-SCHEMA_VERSION = 3
+from workbench.batch_metrics import BATCH_METRICS
+from workbench.decoder_metrics import MAX_POSITIONS
+from workbench.metrics import LATENCY_METRICS, STATISTICS
+from workbench.saturation import SATURATION_KEYS
+
+SCHEMA_VERSION = 4
 # The oldest schema a read-only store reads as it is: since then only columns were added,
 # which `load_records` fills for old databases (NULL, or LEGACY_COLUMNS' derivation). A
 # writable open migrates.
@@ -63,6 +80,34 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
     "VARCHAR": np.dtype(object),
 }
 
+# Columns of `runs` added in schema 4, each read from the run's config_json (one definition
+# for new runs, migrated ones and read-only opens of older databases): name → (SQL type,
+# JSON path). NULL where the configuration has no such field (a closed-loop rate, say).
+CONFIG_COLUMNS: dict[str, tuple[str, str]] = {
+    "model": ("VARCHAR", "$.model.name"),
+    "dtype": ("VARCHAR", "$.model.dtype"),
+    "gpu": ("VARCHAR", "$.hardware.gpu"),
+    "tensor_parallel": ("INTEGER", "$.hardware.tensor_parallel"),
+    "replicas": ("INTEGER", "$.hardware.replicas"),
+    "cost_model": ("VARCHAR", "$.cost_model.kind"),
+    "arrival": ("VARCHAR", "$.workload.arrival.kind"),
+    "rate_per_s": ("DOUBLE", "$.workload.arrival.rate_per_s"),
+    "max_batch_size": ("INTEGER", "$.scheduler.max_batch_size"),
+    "num_speculative_tokens": ("INTEGER", "$.decoder.num_speculative_tokens"),
+    "slo_ttft_ms": ("DOUBLE", "$.slo.ttft_ms"),
+    "slo_tpot_ms": ("DOUBLE", "$.slo.tpot_ms"),
+    "slo_e2e_ms": ("DOUBLE", "$.slo.e2e_ms"),
+}
+# The run's free-text label (`workbench run --label`), NULL without one (schema 4).
+LABEL_COLUMN = ("label", "VARCHAR")
+
+
+def config_column_sql(name: str) -> str:
+    """The SQL expression of a config column, over `config_json`."""
+    sql_type, path = CONFIG_COLUMNS[name]
+    return f"TRY_CAST(json_extract_string(config_json, '{path}') AS {sql_type})"
+
+
 RUNS_DDL = """
 CREATE TABLE runs (
     run_id VARCHAR PRIMARY KEY,
@@ -82,6 +127,64 @@ CREATE TABLE runs (
     info JSON  -- RunRecords.info: backend facts (device, versions...)
 )
 """
+
+
+_DECODER_KEYS = (
+    "acceptance_rate",
+    "mean_accepted_tokens",
+    "mean_tokens_per_decode_step",
+    "step_compression_ratio",
+    "extra_flops_share",
+)
+_SLO_KEYS = tuple(f"slo_{name}_attainment" for name in ("ttft", "tpot", "e2e"))
+_POSITION_KEYS = tuple(f"acceptance_at_position_{i}" for i in range(1, MAX_POSITIONS + 1))
+# Keys only some runs have: one per SLO the scenario sets, the sequence-scheduling metrics
+# of static-batch runs, the decoder metrics of runs that drafted tokens.
+OPTIONAL_SUMMARY_KEYS = frozenset((*_SLO_KEYS, *BATCH_METRICS, *_DECODER_KEYS, *_POSITION_KEYS))
+
+
+def _summary_columns() -> dict[str, str]:
+    """Every key `workbench.metrics.summarize` can return at its default percentiles, in
+    the order it returns them."""
+    columns = {
+        "completed": "BIGINT",
+        "num_requests": "BIGINT",
+        "duration": "DOUBLE",
+        "total_input_tokens": "BIGINT",
+        "total_output_tokens": "BIGINT",
+        "request_throughput": "DOUBLE",
+        "output_throughput": "DOUBLE",
+        "total_token_throughput": "DOUBLE",
+    }
+    for metric in LATENCY_METRICS:
+        columns |= {f"{stat}_{metric}_ms": "DOUBLE" for stat in STATISTICS}
+        columns[f"n_{metric}"] = "BIGINT"
+    columns["request_goodput"] = "DOUBLE"
+    columns |= dict.fromkeys(_SLO_KEYS, "DOUBLE")
+    columns |= {"mean_tokens_per_emission": "DOUBLE", "mean_batch_size": "DOUBLE"}
+    columns["preemptions"] = "BIGINT"
+    columns |= {name: "DOUBLE" for name in BATCH_METRICS} | {"decode_iterations": "BIGINT"}
+    columns |= dict.fromkeys((*_DECODER_KEYS, *_POSITION_KEYS), "DOUBLE")
+    saturation_types = {"offered_request_rate": "DOUBLE", "saturated": "BOOLEAN"}
+    saturation_types["saturation"] = "VARCHAR"
+    return columns | {key: saturation_types[key] for key in SATURATION_KEYS}
+
+
+# Summary key → SQL type: the columns of `run_summaries` after `run_id` (schema 4).
+SUMMARY_COLUMNS: dict[str, str] = _summary_columns()
+
+
+def run_summaries_ddl() -> str:
+    columns = ",\n    ".join(f"{name} {sql}" for name, sql in SUMMARY_COLUMNS.items())
+    return f"CREATE TABLE run_summaries (\n    run_id VARCHAR PRIMARY KEY,\n    {columns}\n)"
+
+
+@dataclass(frozen=True)
+class PythonStep:
+    """A migration step SQL cannot do; `workbench.store.db` knows each by its name."""
+
+    name: str
+
 
 SCHEMA_VERSION_DDL = """
 CREATE TABLE schema_version (version INTEGER NOT NULL, applied_at TIMESTAMP NOT NULL)
@@ -110,8 +213,9 @@ def _latency_columns(metric: str, column: str) -> str:
     count({column}) AS n_{metric}"""
 
 
-# Completed requests only, like workbench.metrics.summarize.
-RUN_SUMMARY_VIEW = f"""
+# Schemas 1-3: the summary recomputed in SQL from request_metrics (completed requests only,
+# like workbench.metrics.summarize; no ITL, goodput or SLO attainment).
+RUN_SUMMARY_VIEW_V1 = f"""
 CREATE VIEW run_summary AS
 WITH per_run AS (
     SELECT
@@ -134,6 +238,20 @@ FROM runs LEFT JOIN per_run USING (run_id)
 """
 
 
+# Schema 4: each run's identity, main configuration values and stored summary, one row per
+# run: what `workbench summary RUN --json` prints, beside the configuration.
+RUN_SUMMARY_VIEW = f"""
+CREATE VIEW run_summary AS
+SELECT
+    runs.run_id, runs.label, runs.scenario_name, runs.backend, runs.decoder, runs.scheduler,
+    {", ".join(f"runs.{name}" for name in CONFIG_COLUMNS)},
+    runs.sweep_point, runs.started_at, runs.finished_at,
+    epoch(runs.finished_at) - epoch(runs.started_at) AS wall_s,
+    run_summaries.* EXCLUDE (run_id)
+FROM runs LEFT JOIN run_summaries USING (run_id)
+"""
+
+
 def record_table_ddl(table: str) -> str:
     columns = ",\n    ".join(f"{name} {sql}" for name, sql in RECORD_TABLES[table].items())
     return f"CREATE TABLE {table} (\n    run_id VARCHAR NOT NULL,\n    {columns}\n)"
@@ -144,29 +262,57 @@ def create_statements() -> list[str]:
     return [
         SCHEMA_VERSION_DDL,
         RUNS_DDL,
+        *_runs_columns_v4(),
         *(record_table_ddl(table) for table in RECORD_TABLES),
+        run_summaries_ddl(),
         REQUEST_METRICS_VIEW,
         RUN_SUMMARY_VIEW,
     ]
+
+
+def _runs_columns_v4() -> list[str]:
+    label, label_type = LABEL_COLUMN
+    added = [f"ALTER TABLE runs ADD COLUMN {label} {label_type}"]
+    added += [f"ALTER TABLE runs ADD COLUMN {n} {t}" for n, (t, _) in CONFIG_COLUMNS.items()]
+    return added
+
+
+def fill_config_columns_sql(where: str = "") -> str:
+    """The UPDATE that fills every config column of `runs` from config_json."""
+    assignments = ", ".join(f"{name} = {config_column_sql(name)}" for name in CONFIG_COLUMNS)
+    return f"UPDATE runs SET {assignments}{where}"
 
 
 # Columns added since schema 1 that old databases derive from what they have: before v3,
 # decoders verified 1 + drafted tokens per sequence (lookahead's window went unrecorded).
 LEGACY_COLUMNS: dict[str, dict[str, str]] = {
     "steps": {"verified_tokens": "decode_tokens + drafted_tokens"},
+    # Before v4 the run's label and configuration values lived only in config_json.
+    "runs": {
+        LABEL_COLUMN[0]: f"NULL::{LABEL_COLUMN[1]}",
+        **{name: config_column_sql(name) for name in CONFIG_COLUMNS},
+    },
 }
 
-# version → statements upgrading a database from `version` to `version + 1`.
-MIGRATIONS: dict[int, list[str]] = {
+# version → steps upgrading a database from `version` to `version + 1`.
+MIGRATIONS: dict[int, list[str | PythonStep]] = {
     1: [
         "ALTER TABLE requests ADD COLUMN category VARCHAR",
         "DROP VIEW run_summary",  # it reads request_metrics, which gains the column
         "DROP VIEW request_metrics",
         REQUEST_METRICS_VIEW,
-        RUN_SUMMARY_VIEW,
+        RUN_SUMMARY_VIEW_V1,
     ],
     2: [
         "ALTER TABLE steps ADD COLUMN verified_tokens BIGINT",
         f"UPDATE steps SET verified_tokens = {LEGACY_COLUMNS['steps']['verified_tokens']}",
+    ],
+    3: [
+        *_runs_columns_v4(),
+        fill_config_columns_sql(),
+        run_summaries_ddl(),
+        PythonStep("summarize_stored_runs"),  # ITL and goodput need the Python metrics
+        "DROP VIEW run_summary",
+        RUN_SUMMARY_VIEW,
     ],
 }

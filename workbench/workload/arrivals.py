@@ -6,7 +6,7 @@ Conventions shared by every open-loop kind:
   mean gap is exactly the process's mean gap. For Poisson this is the process seen from an
   arrival (its Palm version); the gaps are still i.i.d. exponential.
 - Gaps are never clipped: a Poisson or gamma stream keeps its long quiet spells and its
-  near-simultaneous bursts.
+  near-simultaneous bursts; unless Poisson's `max_gap_mean_gaps` asks for Vidur's cap.
 """
 
 from __future__ import annotations
@@ -53,7 +53,10 @@ def _from_gaps(gaps: np.ndarray) -> np.ndarray:
 
 
 def poisson_arrivals(config: PoissonArrivals, n: int, rng: np.random.Generator) -> Arrivals:
-    gaps = rng.exponential(1.0 / config.rate_per_s, size=n - 1)  # (n-1,)
+    mean_gap_s = 1.0 / config.rate_per_s
+    gaps = rng.exponential(mean_gap_s, size=n - 1)  # (n-1,)
+    if config.max_gap_mean_gaps is not None:
+        gaps = np.minimum(gaps, config.max_gap_mean_gaps * mean_gap_s)
     return Arrivals(_from_gaps(gaps))
 
 

@@ -1,0 +1,87 @@
+"""Fitted kernel parameters of one GPU: how far its GEMMs, elementwise kernels and
+attention fall short of the datasheet peaks, as measured.
+
+Every efficiency is a share of the GPU's catalog peak (16-bit tensor FLOP/s or memory
+bandwidth), so one set of numbers serves any model shape on that GPU
+(`simulator/cost_models/kernel_times.py` says how they are used). `source` says which
+measurements they were fitted from, which were held out, and with which command; a user's
+own fit (`workbench fit-cost-model`) is stored as JSON by `to_json` and read by `from_json`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import WorkbenchError
+
+
+@dataclass(frozen=True)
+class KernelFit:
+    """Parameters of the fitted kernel model (times in seconds, efficiencies in (0, ∞)).
+
+    GEMM: launch + smooth-max(compute, memory) with exponent `gemm_overlap` (1: no
+    overlap, the two add up; ∞: the roofline's perfect overlap).
+    Elementwise (norms, RoPE, activation, residual add, embedding gather): launch + bytes
+    at a share of bandwidth. Attention: decode kernels read the KV at a share of bandwidth
+    plus a per-sequence cost; prefill (and multi-query verification) kernels run at a share
+    of peak FLOP/s.
+    """
+
+    gpu: str  # catalog name the fit was made for
+    gemm_compute_efficiency: float
+    gemm_memory_efficiency: float
+    gemm_overlap: float
+    gemm_launch_s: float
+    elementwise_memory_efficiency: float
+    elementwise_launch_s: float
+    attention_memory_efficiency: float
+    attention_compute_efficiency: float
+    decode_attention_launch_s: float
+    decode_attention_per_sequence_s: float
+    prefill_attention_launch_s: float
+    source: str  # data fitted on, data held out, how (free text)
+
+    def to_json(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def from_json(cls, path: Path, field: str = "cost_model.fit_path") -> KernelFit:
+        source = str(path)
+        try:
+            data = json.loads(path.read_text())
+        except OSError as exc:
+            raise WorkbenchError(
+                f"cannot read ({exc.strerror}); expected a kernel fit written by "
+                "`workbench fit-cost-model`",
+                source=source,
+                field=field,
+            ) from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise WorkbenchError(f"malformed JSON ({exc})", source=source, field=field) from None
+        return cls.from_dict(data, source, field)
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str, field: str) -> KernelFit:
+        if not isinstance(data, dict):
+            raise WorkbenchError("expected a JSON object of fit parameters", source=source)
+        names = [f.name for f in fields(cls)]
+        missing = [n for n in names if n not in data]
+        unknown = [k for k in data if k not in names]
+        if missing or unknown:
+            what = f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}"
+            raise WorkbenchError(f"not a kernel fit ({what})", source=source, field=field)
+        for name in names:
+            value = data[name]
+            is_text = name in ("gpu", "source")
+            ok = isinstance(value, str) if is_text else _positive_number(value)
+            if not ok:
+                kind = "a string" if is_text else "a positive number"
+                raise WorkbenchError(f"{name}: expected {kind}, got {value!r}", source=source)
+        return cls(**data)
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0

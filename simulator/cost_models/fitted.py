@@ -1,0 +1,157 @@
+"""Fitted kernel cost model: a step is the sum of its kernels, each priced by its shape with
+the GPU's fitted parameters (`KernelFit`, `kernel_times.py`).
+
+Per layer, on one of the TP GPUs: the token-level ops at the step's token count (four GEMMs
+and five elementwise kernels, `layer_ops.py`), the attention kernels and, with TP > 1, two
+ring all-reduces. Once per step: the embedding gather, the final norm, the LM head (a GEMM
+over the tokens whose logits are sampled), `step_overhead_ms` (CPU scheduling) and
+`layer_overhead_ms` per layer (an eager framework's host time, e.g. Hugging Face without
+CUDA graphs; it applies to a draft model's forwards with the draft's own layer count).
+
+Attention: plain decodes (one query per sequence) run the decode kernel: KV read at a share
+of bandwidth plus a per-sequence cost. Prefill chunks and multi-token decodes (speculative
+verification, lookahead windows: several queries per sequence) run the prefill kernel, one
+launch for all of them, at a share of peak FLOP/s over c·(p + c) pairs per chunk (its own
+causal triangle costs about the square, as measured; `kernel_fitting.prefill_pairs`) and the
+StepWork's pairs for verified tokens. So multi-token steps are priced through the same
+fitted GEMM curve as any batch: 121 tokens cost what the measured GEMMs say 121 rows cost.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.catalogs.hardware import GPUSpec
+from simulator.catalogs.kernel_fit import KernelFit
+from simulator.catalogs.models import ModelSpec, dtype_bytes
+from simulator.cost_models.base import SplitCostModel, StepWork
+from simulator.cost_models.collectives import ring_all_reduces_s
+from simulator.cost_models.kernel_times import KernelTimes
+from simulator.cost_models.layer_ops import LayerShape, TokenOp
+from workbench.scenario.system import FittedCostConfig
+
+
+class FittedCostModel(SplitCostModel):
+    """Step times from a GPU's fitted kernel parameters and the model's shape."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GPUSpec,
+        fit: KernelFit,
+        tensor_parallel: int,
+        dtype: str,
+        cfg: FittedCostConfig,
+    ) -> None:
+        self.model = model
+        self.gpu = gpu
+        self.fit = fit
+        self.tensor_parallel = tensor_parallel
+        self.cfg = cfg
+        elem = dtype_bytes(dtype)
+        self._elem_bytes = elem
+        self._times = KernelTimes(gpu, fit, dtype, elem)
+        self._shape = LayerShape.of(model, tensor_parallel, elem)
+        self._ops = self._shape.token_ops()
+        self._layers = float(model.num_layers)
+        overhead_ms = cfg.step_overhead_ms + cfg.layer_overhead_ms * model.num_layers
+        self._overhead_s = overhead_ms / 1000.0
+        self._link_bytes_s = gpu.interconnect_bandwidth_bytes_s * cfg.interconnect_efficiency
+        # Costs that depend only on a token count, filled on first use (a few hundred
+        # distinct counts recur all run long).
+        self._tokens_memo: dict[int, float] = {}
+        self._logits_memo: dict[int, float] = {}
+
+    # ---------------------------------------------------------------- the two step shapes
+
+    def _decode_times_s(self, batch_size: int, context_sums: np.ndarray) -> np.ndarray:
+        """Decode-only steps, one per context sum: the only path for them, elementwise
+        + × ÷ only, so `step_time_s` and `decode_span_s` agree bit for bit."""
+        if batch_size == 0:
+            return np.full(context_sums.shape, self._overhead_s)
+        fixed = self._token_level_s(batch_size) + self._logits_s(batch_size)
+        kv_bytes = context_sums * self._shape.kv_bytes_per_token
+        attention = self._times.decode_attention_s(float(batch_size), kv_bytes) * self._layers
+        return attention + fixed
+
+    def _mixed_time_s(self, work: StepWork) -> float:
+        logits = work.decode_batch_size + work.decode_extra_tokens + len(work.prefill_chunk_tokens)
+        fixed = self._token_level_s(work.num_tokens) + self._logits_s(logits)
+        return self._attention_layer_s(work) * self._layers + fixed
+
+    # ---------------------------------------------------------------- parts of a step
+
+    def _attention_layer_s(self, work: StepWork) -> float:
+        """One layer's attention kernels: the decode kernel for plain decodes, the prefill
+        kernel (one launch) for prefill chunks and multi-query verification. Python floats:
+        a step's few numbers are cheaper without numpy."""
+        shape = self._shape
+        total = 0.0
+        pairs = 0.0  # (query, key) pairs the prefill kernel computes
+        moved = 0.0  # bytes it reads and writes
+        if work.decode_extra_tokens:
+            verified = work.decode_batch_size + work.decode_extra_tokens
+            pairs += work.decode_context_sum + work.decode_extra_context_sum
+            moved += shape.kv_bytes_per_token * work.decode_context_sum
+            moved += shape.query_bytes_per_token * verified
+        elif work.decode_batch_size:
+            total += self.decode_attention_layer_s(work.decode_batch_size, work.decode_context_sum)
+        chunks = zip(work.prefill_chunk_tokens, work.prefill_context_tokens, strict=True)
+        for chunk, cached in chunks:
+            pairs += chunk * (cached + chunk)  # kernel_fitting.prefill_pairs
+            moved += shape.kv_bytes_per_token * (cached + chunk)
+            moved += shape.query_bytes_per_token * chunk
+        if pairs:
+            flops = shape.attention_flops_per_pair * pairs
+            total += self._times.prefill_attention_s(flops, moved)
+        return total
+
+    def _token_level_s(self, tokens: int) -> float:
+        """Every layer's token-level ops and all-reduces, plus the embedding gather."""
+        memo = self._tokens_memo.get(tokens)
+        if memo is None:
+            m = self.model
+            layer = self.token_ops_layer_s(tokens)
+            all_reduce = ring_all_reduces_s(
+                tokens, m.hidden_size, self._elem_bytes, m.num_layers, self.tensor_parallel,
+                self._link_bytes_s, self.gpu.collective_latency_s,
+            )  # fmt: skip
+            embedding = self._op_s(self._shape.embedding(), tokens)
+            memo = self._tokens_memo[tokens] = layer * self._layers + all_reduce + embedding
+        return memo
+
+    def _logits_s(self, logits: int) -> float:
+        """Final norm and LM head over the tokens sampled, plus the step overhead."""
+        memo = self._logits_memo.get(logits)
+        if memo is None:
+            norm = TokenOp(
+                "final_norm", bytes_per_token=2.0 * self.model.hidden_size * self._elem_bytes
+            )
+            head = self._op_s(norm, logits) + self._op_s(self._shape.lm_head(), logits)
+            memo = self._logits_memo[logits] = head + self._overhead_s
+        return memo
+
+    def _op_s(self, op: TokenOp, tokens: int) -> float:
+        if tokens == 0:
+            return 0.0
+        if op.gemm is not None:
+            k, n = op.gemm
+            return float(self._times.gemm_s(np.float64(tokens), float(k), float(n)))
+        return self._times.elementwise_s(tokens * op.bytes_per_token)
+
+    # ---------------------------------------------------- one layer's parts (fidelity check)
+
+    def token_ops_layer_s(self, tokens: int) -> float:
+        """One layer's token-level ops at `tokens` per step: what Vidur's mlp.csv profiles."""
+        return sum(self._op_s(op, tokens) for op in self._ops)
+
+    def decode_attention_layer_s(self, batch: int, kv_tokens: int) -> float:
+        """One layer's decode attention: `batch` sequences reading `kv_tokens` keys in all."""
+        kv_bytes = kv_tokens * self._shape.kv_bytes_per_token
+        return self._times.decode_attention_s(float(batch), kv_bytes)
+
+    def prefill_attention_layer_s(self, chunk: int, cached: int) -> float:
+        """One layer's attention for one prefill chunk over `cached` tokens."""
+        return self._attention_layer_s(
+            StepWork(prefill_chunk_tokens=(chunk,), prefill_context_tokens=(cached,))
+        )

@@ -1,0 +1,204 @@
+"""Fit a GPU's `KernelFit` to measured kernel times: least squares on log(predicted /
+measured), so every point weighs by its relative error whatever its size.
+
+Two independent fits: the token-level ops (GEMM and elementwise parameters, from mlp.csv
+points) and attention (from attention.csv points, with the GEMM's overlap exponent).
+Efficiencies and times are fitted in log space (they stay positive), the overlap exponent
+as 1 + exp(θ) (it stays above 1: overlap can only help).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from simulator.catalogs.hardware import GPUSpec
+from simulator.catalogs.kernel_fit import KernelFit
+from simulator.cost_models.kernel_profiles import PROFILE_ELEM_BYTES, AttentionPoints, OpPoints
+from simulator.cost_models.kernel_times import KernelTimes
+from simulator.cost_models.least_squares import levenberg_marquardt
+
+TOKEN_OP_PARAMETERS = (
+    "gemm_compute_efficiency",
+    "gemm_memory_efficiency",
+    "gemm_overlap",
+    "gemm_launch_s",
+    "elementwise_memory_efficiency",
+    "elementwise_launch_s",
+)
+ATTENTION_PARAMETERS = (
+    "attention_memory_efficiency",
+    "attention_compute_efficiency",
+    "decode_attention_launch_s",
+    "decode_attention_per_sequence_s",
+    "prefill_attention_launch_s",
+)
+_MICROSECOND = 1e-6
+
+# Where the search starts: datasheet-like shares and a few microseconds per launch.
+START = KernelFit(
+    gpu="",
+    gemm_compute_efficiency=0.7,
+    gemm_memory_efficiency=0.8,
+    gemm_overlap=2.0,
+    gemm_launch_s=5e-6,
+    elementwise_memory_efficiency=0.6,
+    elementwise_launch_s=3e-6,
+    attention_memory_efficiency=0.7,
+    attention_compute_efficiency=0.3,
+    decode_attention_launch_s=10e-6,
+    decode_attention_per_sequence_s=0.1e-6,
+    prefill_attention_launch_s=10e-6,
+    source="",
+)
+
+
+@dataclass(frozen=True)
+class HoldOut:
+    """Points kept out of the fit, to check it on: whole models and whole TP degrees."""
+
+    models: frozenset[str] = frozenset()
+    tensor_parallel: frozenset[int] = frozenset()
+
+    def holds(self, model: str, tensor_parallel: int) -> bool:
+        return model in self.models or tensor_parallel in self.tensor_parallel
+
+    def describe(self) -> str:
+        parts = [", ".join(sorted(self.models))] if self.models else []
+        if self.tensor_parallel:
+            parts.append("TP " + ", ".join(str(t) for t in sorted(self.tensor_parallel)))
+        return "; ".join(parts) or "nothing"
+
+
+def predict_op_s(times: KernelTimes, points: OpPoints) -> np.ndarray:
+    """The kernel model's time for each measured point of one op."""
+    op = points.op
+    if op.gemm is not None:
+        k, n = op.gemm
+        return times.gemm_s(points.tokens, float(k), float(n))
+    return times.elementwise_s(points.tokens * op.bytes_per_token)
+
+
+def predict_attention_s(
+    times: KernelTimes, points: AttentionPoints
+) -> tuple[np.ndarray, np.ndarray]:
+    """(decode, prefill) attention times of the kernel model at the measured points."""
+    shape = points.shape
+    batch = points.decode_batch
+    kv_bytes = batch * (points.decode_cached + 1.0) * shape.kv_bytes_per_token
+    decode = times.decode_attention_s(batch, kv_bytes)
+    chunk, cached = points.prefill_chunk, points.prefill_cached
+    flops = shape.attention_flops_per_pair * prefill_pairs(chunk, cached)
+    moved = (cached + chunk) * shape.kv_bytes_per_token + chunk * shape.query_bytes_per_token
+    return decode, times.prefill_attention_s(flops, moved)
+
+
+def prefill_pairs(chunk: np.ndarray, cached: np.ndarray) -> np.ndarray:
+    """(query, key) pairs a prefill kernel pays for: a chunk's own causal triangle costs
+    about what the full square would (Vidur's A100 profile: a 4096-token chunk over nothing
+    takes as long per pair as a 1024-token chunk over 2048 cached), so c·(p + c)."""
+    return chunk * (cached + chunk)
+
+
+def fit_token_ops(gpu: GPUSpec, points: Sequence[OpPoints], base: KernelFit) -> KernelFit:
+    """`base` with the GEMM and elementwise parameters fitted to `points`: every op's
+    relative error, and the relative error of each layer's sum of token ops (what prices a
+    step), weighted as much as its ops together."""
+    measured = np.concatenate([p.measured_s for p in points])
+    layers = _layer_groups(points)
+    measured_sums = np.concatenate([_layer_sum(group, None) for group in layers])
+    sum_weight = np.concatenate(
+        [np.full(len(_layer_sum(g, None)), np.sqrt(len(g))) for g in layers]
+    )
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        times = _times(gpu, _with(base, TOKEN_OP_PARAMETERS, theta))
+        predicted = np.concatenate([predict_op_s(times, p) for p in points])
+        sums = np.concatenate([_layer_sum(group, times) for group in layers])
+        ops = np.log(predicted / measured)
+        return np.concatenate([ops, sum_weight * np.log(sums / measured_sums)])
+
+    theta = levenberg_marquardt(residuals, _encode(base, TOKEN_OP_PARAMETERS))
+    return _with(base, TOKEN_OP_PARAMETERS, theta)
+
+
+def layer_token_ops_s(
+    points: Sequence[OpPoints], times: KernelTimes | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, per-layer sum of the token-level ops) of one model shape at one TP degree:
+    measured (`times` None) or the kernel model's. Only token counts every op was profiled
+    at count; the embedding (once per step, not per layer) is left out."""
+    ops = [p for p in points if p.op.name != "emb"]
+    tokens = ops[0].tokens
+    for p in ops[1:]:
+        tokens = np.intersect1d(tokens, p.tokens)
+    total = np.zeros(len(tokens))
+    for p in ops:
+        keep = np.isin(p.tokens, tokens)
+        values = p.measured_s if times is None else predict_op_s(times, p)
+        total = total + values[keep]
+    return tokens, total
+
+
+def _layer_groups(points: Sequence[OpPoints]) -> list[list[OpPoints]]:
+    groups: dict[tuple[str, str, int], list[OpPoints]] = {}
+    for p in points:
+        if p.op.name != "emb":
+            groups.setdefault((p.source, p.model, p.tensor_parallel), []).append(p)
+    return list(groups.values())
+
+
+def _layer_sum(group: list[OpPoints], times: KernelTimes | None) -> np.ndarray:
+    return layer_token_ops_s(group, times)[1]
+
+
+def fit_attention(gpu: GPUSpec, points: Sequence[AttentionPoints], base: KernelFit) -> KernelFit:
+    """`base` with the attention parameters fitted to `points` (decode and prefill)."""
+    measured = np.concatenate([np.concatenate([p.decode_s, p.prefill_s]) for p in points])
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        times = _times(gpu, _with(base, ATTENTION_PARAMETERS, theta))
+        predicted = np.concatenate([np.concatenate(predict_attention_s(times, p)) for p in points])
+        return np.log(predicted / measured)
+
+    theta = levenberg_marquardt(residuals, _encode(base, ATTENTION_PARAMETERS))
+    return _with(base, ATTENTION_PARAMETERS, theta)
+
+
+def rounded(fit: KernelFit, digits: int = 4) -> KernelFit:
+    """The fit with every number to `digits` significant digits (as the catalog stores it)."""
+    values = {
+        k: float(f"{v:.{digits}g}") if isinstance(v, float) else v for k, v in asdict(fit).items()
+    }
+    return KernelFit(**values)
+
+
+def _times(gpu: GPUSpec, fit: KernelFit) -> KernelTimes:
+    return KernelTimes(gpu, fit, "fp16", PROFILE_ELEM_BYTES)
+
+
+def _encode(fit: KernelFit, names: tuple[str, ...]) -> np.ndarray:
+    values = []
+    for name in names:
+        value = float(getattr(fit, name))
+        if name == "gemm_overlap":
+            values.append(np.log(value - 1.0))
+        elif name.endswith("_s"):
+            values.append(np.log(value / _MICROSECOND))
+        else:
+            values.append(np.log(value))
+    return np.array(values)
+
+
+def _with(fit: KernelFit, names: tuple[str, ...], theta: np.ndarray) -> KernelFit:
+    changes: dict[str, float] = {}
+    for name, t in zip(names, theta.tolist(), strict=True):
+        if name == "gemm_overlap":
+            changes[name] = 1.0 + float(np.exp(t))
+        elif name.endswith("_s"):
+            changes[name] = float(np.exp(t)) * _MICROSECOND
+        else:
+            changes[name] = float(np.exp(t))
+    return replace(fit, **changes)

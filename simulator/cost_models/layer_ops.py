@@ -1,0 +1,95 @@
+"""One transformer layer's token-level operators on one of `tensor_parallel` GPUs, as
+Vidur profiles them (mlp.csv), and the per-GPU shapes attention works on.
+
+Names follow Vidur's columns so a profile and the model can be compared op by op:
+`attn_pre_proj` (the fused QKV GEMM), `attn_post_proj` (O), `mlp_up_proj` (gate and up,
+fused), `mlp_down_proj`; elementwise `input_layernorm`, `attn_rope`,
+`post_attention_layernorm`, `mlp_act`, `add` (one residual add, as Vidur counts it).
+Megatron-style TP splits heads and the MLP's intermediate dimension over the GPUs; KV heads
+fewer than the GPUs are replicated (as vLLM does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.catalogs.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class TokenOp:
+    """A GEMM (`gemm` = (k, n) of its weight on one GPU) or an elementwise kernel moving
+    `bytes_per_token` per token."""
+
+    name: str
+    gemm: tuple[int, int] | None = None
+    bytes_per_token: float = 0.0
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """Per-GPU sizes of one layer of `model` at a TP degree, elements of `elem_bytes`."""
+
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    intermediate: int
+    gated_mlp: bool
+    vocab_shard: int  # LM-head rows on one GPU (vocabulary-parallel)
+    elem_bytes: int
+
+    @classmethod
+    def of(cls, model: ModelSpec, tensor_parallel: int, elem_bytes: int) -> LayerShape:
+        t = tensor_parallel
+        return cls(
+            q_heads=-(-model.num_attention_heads // t),
+            kv_heads=max(model.num_kv_heads // t, 1),
+            head_dim=model.head_dim,
+            hidden=model.hidden_size,
+            intermediate=-(-model.intermediate_size // t),
+            gated_mlp=model.gated_mlp,
+            vocab_shard=-(-model.vocab_size // t),
+            elem_bytes=elem_bytes,
+        )
+
+    def token_ops(self) -> tuple[TokenOp, ...]:
+        """The layer's token-level operators in Vidur's order (its `TOKEN_OPS`)."""
+        h, i, d, e = self.hidden, self.intermediate, self.head_dim, self.elem_bytes
+        qkv = (self.q_heads + 2 * self.kv_heads) * d
+        up = (2 if self.gated_mlp else 1) * i
+        norm = TokenOp("input_layernorm", bytes_per_token=2.0 * h * e)  # read + write
+        return (
+            norm,
+            TokenOp("attn_pre_proj", gemm=(h, qkv)),
+            # q and k rotated in place: read + write
+            TokenOp("attn_rope", bytes_per_token=2.0 * (self.q_heads + self.kv_heads) * d * e),
+            TokenOp("attn_post_proj", gemm=(self.q_heads * d, h)),
+            TokenOp("post_attention_layernorm", bytes_per_token=2.0 * h * e),
+            TokenOp("mlp_up_proj", gemm=(h, up)),
+            TokenOp("mlp_act", bytes_per_token=float(up + i) * e),  # read gate·up, write
+            TokenOp("mlp_down_proj", gemm=(i, h)),
+            TokenOp("add", bytes_per_token=3.0 * h * e),  # two reads, one write
+        )
+
+    def embedding(self) -> TokenOp:
+        """The embedding gather, once per step (Vidur's `emb`)."""
+        return TokenOp("emb", bytes_per_token=2.0 * self.hidden * self.elem_bytes)
+
+    def lm_head(self) -> TokenOp:
+        return TokenOp("lm_head", gemm=(self.hidden, self.vocab_shard))
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """K and V of one token in this layer, on one GPU."""
+        return 2.0 * self.kv_heads * self.head_dim * self.elem_bytes
+
+    @property
+    def attention_flops_per_pair(self) -> float:
+        """QKᵀ and PV of one (query, key) pair in this layer, on one GPU."""
+        return 4.0 * self.q_heads * self.head_dim
+
+    @property
+    def query_bytes_per_token(self) -> float:
+        """Q read and the attention output written, per query token."""
+        return 2.0 * self.q_heads * self.head_dim * self.elem_bytes

@@ -1,0 +1,109 @@
+"""`import workbench as wb`: scenarios in, polars DataFrames out."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from fixtures_records import synthetic_records
+from legacy_databases import CONFIG, schema_3_database
+
+import workbench as wb
+from workbench.errors import WorkbenchError
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+SMALL = {"workload.num_requests": 120}
+
+
+def test_import_is_light() -> None:
+    code = (
+        "import sys, workbench, workbench.cli; "
+        "heavy = [m for m in ('polars', 'simulator', 'torch', 'matplotlib') if m in sys.modules]; "
+        "print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    assert wb.run.__module__ == "workbench.api"  # loaded on first use
+
+
+def test_run_then_read_everything_back(tmp_path: Path) -> None:
+    db = tmp_path / "r.duckdb"
+    run = wb.run(wb.load_scenario(QUICKSTART, SMALL), db=db, label="first")
+    assert len(run.run_id) == 12 and run.summary["completed"] == 120 and not run.saturated
+    results = wb.open(db)
+    summary = results.summary()
+    assert summary.height == 1 and summary["label"][0] == "first"
+    for key, value in run.summary.items():
+        assert summary[key][0] == value, key
+    requests = results.requests(run=run.run_id[:5])
+    assert requests.height == 120
+    assert {"ttft_s", "tpot_s", "e2e_s", "category"} <= set(requests.columns)
+    assert requests["ttft_s"].median() * 1000 == pytest.approx(run.summary["median_ttft_ms"])
+    steps, spans = run.steps(), run.emissions()
+    assert (
+        steps["emitted_tokens"].sum()
+        == spans.select(
+            ((pl.col("last_step") - pl.col("first_step") + 1) * pl.col("tokens_per_step")).sum()
+        ).item()
+    )
+    assert results.runs()["gpu"].to_list() == ["h100-sxm"]
+    pandas = pytest.importorskip("pandas")
+    assert isinstance(summary.to_pandas(), pandas.DataFrame)
+
+
+def test_overrides_as_python_values_or_cli_strings() -> None:
+    as_values = wb.load_scenario(QUICKSTART, {"workload.arrival.rate_per_s": 9, "seed": 3})
+    as_strings = wb.load_scenario(QUICKSTART, ["workload.arrival.rate_per_s=9", "seed=3"])
+    assert as_values.config_hash() == as_strings.config_hash()
+    assert as_values.workload.arrival.rate_per_s == 9
+
+
+def test_a_sweep_returns_its_runs_and_resumes() -> None:
+    grid = {"sweep": {"grid": {"workload.arrival.rate_per_s": [2, 4]}}}
+    scenario = wb.load_scenario(QUICKSTART, SMALL | grid)
+    with pytest.raises(WorkbenchError, match=r"wb\.run_sweep"):
+        wb.run(scenario, db=wb.open(":memory:"))
+    results = wb.open(":memory:")
+    sweep = wb.run_sweep(scenario, db=results)
+    frame = sweep.summary()
+    assert frame["workload.arrival.rate_per_s"].to_list() == [2, 4]
+    assert frame["rate_per_s"].to_list() == [2.0, 4.0]
+    again = wb.run_sweep(scenario, db=results)
+    assert [run.skipped for run in again] == [True, True]
+    assert [run.run_id for run in again] == [run.run_id for run in sweep]
+    assert results.summary(run=list(reversed(sweep.runs)))["rate_per_s"].to_list() == [4.0, 2.0]
+
+
+def test_other_percentiles_and_sql() -> None:
+    results = wb.open(":memory:")
+    run = wb.run(wb.load_scenario(QUICKSTART, SMALL), db=results, percentiles=(50, 95))
+    assert "p95_ttft_ms" in run.summary and "p99_ttft_ms" not in run.summary
+    frame = results.summary(percentiles=(95,))
+    assert frame["p95_ttft_ms"][0] == pytest.approx(run.summary["p95_ttft_ms"])
+    assert frame.schema["p95_ttft_ms"] == pl.Float64 and frame.schema["saturated"] == pl.Boolean
+    rows = results.sql("SELECT count(*) AS n FROM requests WHERE run_id = ?", [run.run_id])
+    assert rows["n"][0] == 120
+
+
+def test_an_older_database_reads_with_the_same_columns(tmp_path: Path) -> None:
+    path = tmp_path / "v3.duckdb"
+    schema_3_database(path, synthetic_records(100, 200, 200, seed=1))
+    old = wb.open(path).summary()  # read-only: computed from the records
+    new_db = tmp_path / "new.duckdb"
+    wb.run(wb.load_scenario(QUICKSTART, SMALL), db=new_db)
+    new = wb.open(new_db).summary()
+    assert set(old.columns) <= set(new.columns)
+    assert old["gpu"][0] == CONFIG["hardware"]["gpu"] and old["tensor_parallel"][0] == 4
+
+
+def test_bad_inputs_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(WorkbenchError, match="no such results database"):
+        wb.open(tmp_path / "missing.duckdb")
+    with pytest.raises(WorkbenchError, match="backend"):
+        wb.run(wb.load_scenario(QUICKSTART, SMALL), backend="gpu", db=wb.open(":memory:"))
+    with pytest.raises(WorkbenchError, match="no run with id or prefix"):
+        wb.open(":memory:").requests(run="nope")

@@ -1,0 +1,185 @@
+"""The fitted kernel cost model: held-out profile points, the catalog's fits reproducible
+from their recorded commands, decode spans bit-equal to single steps, clear refusals."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator.catalogs.hardware import GPU_CATALOG, get_gpu
+from simulator.catalogs.kernel_fit import KernelFit
+from simulator.catalogs.models import get_model
+from simulator.cost_models.base import StepWork
+from simulator.cost_models.factory import build_cost_model
+from simulator.cost_models.fidelity import DEFAULT_DATA, vidur_token_ops
+from simulator.cost_models.fit_cli import FitRequest, add_fit_parser, fit_from_files
+from simulator.cost_models.fitted import FittedCostModel
+from simulator.cost_models.kernel_fitting import HoldOut, layer_token_ops_s
+from simulator.cost_models.kernel_profiles import read_token_op_points
+from simulator.cost_models.vidur import VidurProfileCostModel
+from workbench.cli import main
+from workbench.errors import WorkbenchError
+from workbench.scenario.loader import load_scenario
+from workbench.scenario.system import FittedCostConfig, VidurProfileCostConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+LLAMA2_7B_A100 = DEFAULT_DATA / "vidur/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv"
+
+
+def fitted(model: str = "llama-2-7b", gpu: str = "a100-80gb", tp: int = 1) -> FittedCostModel:
+    spec, card = get_model(model), get_gpu(gpu)
+    assert card.kernel_fit is not None
+    return FittedCostModel(spec, card, card.kernel_fit, tp, "fp16", FittedCostConfig(kind="fitted"))
+
+
+@pytest.fixture(scope="module")
+def a100_vidur() -> list:
+    return [c for c in vidur_token_ops(DEFAULT_DATA) if c.gpu == "a100-80gb"]
+
+
+def test_held_out_models_and_tp_degrees_are_reproduced(a100_vidur: list) -> None:
+    """Llama-3-8B and TP 4 never entered the A100 fit; the issue's token counts land within
+    10 %, and nine in ten of all held-out points do."""
+    (llama3,) = [c for c in a100_vidur if c.model == "Meta-Llama-3-8B" and c.tensor_parallel == 1]
+    assert llama3.held_out
+    for tokens in (1, 32, 64, 128, 256, 512, 2048):
+        i = int(np.searchsorted(llama3.tokens, tokens))
+        assert abs(llama3.errors("after")[i]) < 0.10, tokens
+    held = np.concatenate([c.errors("after") for c in a100_vidur if c.held_out])
+    assert len(held) > 4000
+    assert np.mean(np.abs(held) <= 0.10) > 0.85
+    assert abs(held.mean()) < 0.05
+
+
+def test_the_fit_beats_the_roofline_below_the_ridge(a100_vidur: list) -> None:
+    before = np.concatenate([c.errors("before")[c.tokens <= 256] for c in a100_vidur])
+    after = np.concatenate([c.errors("after")[c.tokens <= 256] for c in a100_vidur])
+    assert before.mean() < -0.15  # the roofline's optimism the issue measured
+    assert abs(after.mean()) < 0.05
+
+
+@pytest.mark.parametrize("gpu", ["a100-80gb", "h100-sxm", "a40"])
+def test_catalog_fits_are_reproduced_by_their_recorded_commands(gpu: str) -> None:
+    fit = get_gpu(gpu).kernel_fit
+    assert fit is not None and fit.gpu == gpu
+    parser = argparse.ArgumentParser()
+    add_fit_parser(parser.add_subparsers())
+    words = shlex.split(fit.source)
+    assert words[:2] == ["workbench", "fit-cost-model"]
+    args = parser.parse_args([*words[1:], "--out", "unused.json"])
+    mlps = tuple(p for pattern in args.mlp_csv for p in sorted(ROOT.glob(str(pattern))))
+    request = FitRequest(
+        gpu, mlps, tuple(ROOT / p for p in args.attention_csv), args.attention_from,
+        HoldOut(frozenset(args.hold_out_model), frozenset(args.hold_out_tp)),
+    )  # fmt: skip
+    refit, _ = fit_from_files(request)
+    for name in KernelFit.__dataclass_fields__:
+        if name not in ("gpu", "source"):
+            assert getattr(refit, name) == pytest.approx(getattr(fit, name), rel=2e-3), name
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "tp"), [("llama-3-8b", "h100-sxm", 1), ("llama-2-70b", "a100-80gb", 4)]
+)
+def test_decode_spans_equal_single_steps_bit_for_bit(model: str, gpu: str, tp: int) -> None:
+    cost = fitted(model, gpu, tp)
+    for batch in (1, 7, 64, 300):
+        span = cost.decode_span_s(batch, batch * 513, 257)
+        works = [
+            StepWork(decode_batch_size=batch, decode_context_sum=batch * (513 + i))
+            for i in range(257)
+        ]
+        single = [cost.step_time_s(w) for w in works]
+        assert span.tolist() == single
+
+
+def test_multi_token_steps_follow_the_measured_gemm_curve() -> None:
+    """Lookahead W15 N5 G15 verifies 121 tokens per sequence: the measured token ops cost
+    1.31× one token's (Llama-2-7B, A100); the roofline says 1.05×."""
+    points = [p for p in read_token_op_points(LLAMA2_7B_A100) if p.tensor_parallel == 1]
+    tokens, measured = layer_token_ops_s(points, None)
+    ratio = np.interp(121, tokens, measured) / measured[0]
+    cost = fitted()
+    assert cost.token_ops_layer_s(121) / cost.token_ops_layer_s(1) == pytest.approx(ratio, rel=0.1)
+    one = StepWork(decode_batch_size=1, decode_context_sum=1000)
+    window = StepWork(
+        decode_batch_size=1, decode_context_sum=1000, decode_extra_tokens=120,
+        decode_extra_context_sum=120 * 1000 + 120 * 121 // 2,
+    )  # fmt: skip
+    assert 1.15 < cost.step_time_s(window) / cost.step_time_s(one) < 1.45
+
+
+def test_a_gpu_without_fitted_parameters_is_refused_in_one_line() -> None:
+    scenario = load_scenario(QUICKSTART, ["cost_model={kind: fitted}", "hardware.gpu=l40s"])
+    with pytest.raises(WorkbenchError) as err:
+        build_cost_model(scenario)
+    message = str(err.value)
+    assert "'l40s' has no fitted kernel parameters" in message
+    assert "fit-cost-model" in message and "\n" not in message
+    fitted_gpus = [name for name, spec in GPU_CATALOG.items() if spec.kernel_fit is not None]
+    assert f"with them: {', '.join(fitted_gpus)})" in message
+
+
+def test_untested_dtypes_are_refused() -> None:
+    scenario = load_scenario(QUICKSTART, ["cost_model={kind: fitted}", "model.dtype=fp8"])
+    with pytest.raises(WorkbenchError, match="16-bit kernels"):
+        build_cost_model(scenario)
+
+
+def test_a_user_refits_from_a_vidur_csv_with_one_command(tmp_path: Path) -> None:
+    out = tmp_path / "fit.json"
+    code = main(
+        ["fit-cost-model", "--gpu", "a100-80gb", "--mlp-csv", str(LLAMA2_7B_A100),
+         "--hold-out-tp", "8", "--out", str(out)]
+    )  # fmt: skip
+    assert code == 0
+    fit = KernelFit.from_json(out)
+    catalog = get_gpu("a100-80gb").kernel_fit
+    assert catalog is not None
+    assert fit.attention_compute_efficiency == catalog.attention_compute_efficiency  # reused
+    assert 0.5 < fit.gemm_compute_efficiency < 1.0
+    assert "--hold-out-tp 8" in fit.source
+    user_fit = f"cost_model={{kind: fitted, fit_path: {out}}}"
+    scenario = load_scenario(QUICKSTART, [user_fit, "hardware.gpu=a100-80gb"])
+    cost = build_cost_model(scenario)
+    assert isinstance(cost, FittedCostModel) and cost.fit == fit
+    wrong_gpu = load_scenario(QUICKSTART, [user_fit])
+    with pytest.raises(WorkbenchError, match="made for 'a100-80gb'"):
+        build_cost_model(wrong_gpu)
+
+
+def test_a_malformed_fit_file_names_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "fit.json"
+    bad.write_text('{"gpu": "a100-80gb"}')
+    with pytest.raises(WorkbenchError, match=r"not a kernel fit \(missing"):
+        KernelFit.from_json(bad)
+
+
+def test_the_profile_model_prices_verification_widths_from_its_token_curve() -> None:
+    """Vidur's model: a verification step's token-level ops are its mlp.csv curve at the
+    step's token count (121 tokens of Llama-2-70B at TP 2 cost what 128 profiled ones do)."""
+    profiles = ROOT / "data" / "profiles" / "vidur"
+    cfg = VidurProfileCostConfig(
+        kind="vidur_profile",
+        mlp_csv=profiles / "compute/a100/meta-llama/Llama-2-70b-hf/mlp.csv",
+        attention_csv=profiles
+        / "compute_legacy_attention/a100/meta-llama/Llama-2-70b-hf_tp2/attention.csv",
+        all_reduce_csv=profiles / "network/a100_dgx/all_reduce.csv",
+        step_overhead_ms=0.0,
+    )
+    cost = VidurProfileCostModel(get_model("llama-2-70b"), cfg, 2)
+    points = [p for p in read_token_op_points(cfg.mlp_csv) if p.tensor_parallel == 2]
+    tokens, layer = layer_token_ops_s(points, None)
+    curve_gain = (layer[tokens == 128][0] - layer[tokens == 8][0]) * 80  # 80 layers
+    one = StepWork(decode_batch_size=1, decode_context_sum=1000)
+    window = StepWork(
+        decode_batch_size=1, decode_context_sum=1000, decode_extra_tokens=120,
+        decode_extra_context_sum=120 * 1000 + 120 * 121 // 2,
+    )  # fmt: skip
+    gain = cost.step_time_s(window) - cost.step_time_s(one)
+    assert gain > curve_gain > 0.1 * cost.step_time_s(one)  # plus 120 more decode queries
