@@ -19,6 +19,7 @@ from reports.decoders import decoder_tables, sim_vs_real_table
 from reports.headline import headline_table, slo_table
 from reports.html import render_html
 from reports.markdown import render_markdown
+from reports.planning import plan_probe_ids, planning_images
 from reports.sweeps import rate_sweep_curves
 from reports.tables import latency_tables, runs_table, seqsched_table, throughput_table
 from reports.warnings import report_warnings
@@ -41,26 +42,13 @@ def build_report(
 
     matplotlib.use("Agg")  # no display needed; selected here, not when reports is imported
     ids = _resolve(store, run_ids)
-    base_id = store.resolve_run_id(baseline) if baseline is not None else ids[0]
-    if base_id not in ids:
-        ids.insert(0, base_id)
-    runs = [collect_run(store, run_id) for run_id in ids]
-    assign_labels(runs)
-    base = next(run for run in runs if run.run_id == base_id)
-    report = Report(
-        title="Decoding workbench report",
-        facts=[
-            ("Database", store.path),
-            ("Runs", str(len(runs))),
-            ("Baseline", f"{base.label} (run {base.run_id})"),
-            ("Generated", datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")),
-        ],
-        warnings=report_warnings(runs),
-        headline=_headline(runs, base),
-        figures=_figures(runs),
-        tables=_tables(runs),
-        detail_figures=_detail_figures(runs),
-    )
+    plan_tables, plan_figures = planning_images(store) if run_ids is None else ([], [])
+    if plan_tables:  # a plan's probes get its own section, not one row each
+        probes = set(plan_probe_ids(store))
+        ids = [run_id for run_id in ids if run_id not in probes]
+    report = _plan_report(store, plan_tables, plan_figures)
+    if ids:
+        report = _runs_report(store, ids, baseline, report)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for figure in report.all_figures:
@@ -69,6 +57,41 @@ def build_report(
     html_path = out_dir / "report.html"
     html_path.write_text(render_html(report), encoding="utf-8")
     return html_path
+
+
+def _plan_report(store: ResultsStore, tables: list[Table], figures: list[FigureImage]) -> Report:
+    """The report's frame, holding the planning section when the database has plans."""
+    return Report(
+        title="Decoding workbench report",
+        facts=[
+            ("Database", store.path),
+            ("Generated", datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")),
+        ],
+        headline=tables,
+        figures=figures,
+    )
+
+
+def _runs_report(
+    store: ResultsStore, ids: list[str], baseline: str | None, report: Report
+) -> Report:
+    """Add the runs' sections (after any planning section) to `report`."""
+    base_id = store.resolve_run_id(baseline) if baseline is not None else ids[0]
+    if base_id not in ids:
+        ids.insert(0, base_id)
+    runs = [collect_run(store, run_id) for run_id in ids]
+    assign_labels(runs)
+    base = next(run for run in runs if run.run_id == base_id)
+    report.facts[1:1] = [
+        ("Runs", str(len(runs))),
+        ("Baseline", f"{base.label} (run {base.run_id})"),
+    ]
+    report.warnings = report_warnings(runs)
+    report.headline += _headline(runs, base)
+    report.figures += _figures(runs)
+    report.tables = _tables(runs)
+    report.detail_figures = _detail_figures(runs)
+    return report
 
 
 def _resolve(store: ResultsStore, run_ids: list[str] | None) -> list[str]:

@@ -53,6 +53,14 @@ class StoredPlan:
         return dict(sorted(groups.items()))
 
 
+def plan_probe_ids(store: ResultsStore) -> list[str]:
+    """Runs that are probes of some plan."""
+    rows = store.connection.execute(
+        "SELECT run_id FROM runs WHERE json_extract_string(info, '$.plan_id') IS NOT NULL"
+    ).fetchall()
+    return [run_id for (run_id,) in rows]
+
+
 def stored_plans(store: ResultsStore) -> list[StoredPlan]:
     rows = store.connection.execute(
         "SELECT run_id, info FROM runs WHERE json_extract_string(info, '$.plan_id') IS NOT NULL "

@@ -34,7 +34,8 @@ def save_checkpoint(model: Transformer, folder: Path) -> Path:
         "num_attention_heads": a.n_heads, "num_key_value_heads": a.n_kv_heads,
         "head_dim": a.head_dim, "intermediate_size": a.intermediate_size,
         "rms_norm_eps": a.rms_norm_eps, "rope_theta": a.rope_theta,
-        "max_position_embeddings": a.max_position_embeddings, "tie_word_embeddings": False,
+        "max_position_embeddings": a.max_position_embeddings,
+        "tie_word_embeddings": a.tie_word_embeddings,
     }  # fmt: skip
     (folder / "config.json").write_text(json.dumps(config))
     tensors = {

@@ -238,3 +238,19 @@ def test_what_if_puts_each_variant_beside_the_baseline(
     slow = rows[2]
     assert slow["median_ttft_ms"] == pytest.approx(20.0)  # one step: its prefill
     assert slow["change_median_ttft_ms"] == pytest.approx(1.0)  # twice the baseline's 10 ms
+
+
+def test_the_report_rebuilds_the_plan_from_its_probes(tmp_path: Path) -> None:
+    from reports.build import build_report
+
+    path, db = _write(tmp_path, SMALL), tmp_path / "p.duckdb"
+    run, _ = _plan(path, db)
+    best = best_configuration(run, load_scenario(path).plan)
+    with ResultsStore.open(db, read_only=True) as store:
+        html = build_report(store, None, tmp_path / "report")
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "Plan: every configuration" in markdown
+    row = next(line for line in markdown.splitlines() if line.startswith(f"| {best.label} |"))
+    assert f"| ok | {best.answer.replicas} |" in row
+    assert (tmp_path / "report" / f"plan_pareto_{run.plan_id}.png").exists()
+    assert "Engine steps over time" not in html.read_text()  # probes are not listed one by one

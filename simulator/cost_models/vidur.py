@@ -18,8 +18,12 @@ coordinate to the last point (`_tail_slope`): GEMMs, decode attention and large 
 grow about linearly there, and the profiles are too noisy for the last two points to give a
 slope (mlp.csv's last two token counts differ by 0.003 ms of 15.6). Prefill attention grows
 faster than linearly in the chunk size, so chunks beyond the profiled 4096 are
-underestimated. Not modelled: Vidur's 10% GQA batching overheads and its NCCL CPU
-launch-overhead terms.
+underestimated. Vidur's own predictor also adds terms this model leaves to options, so a
+scenario can price steps as Vidur does (`scenarios/vidur/`): 10 % more attention on GQA
+models for a decode batch of more than one sequence and for several prefill chunks
+(`gqa_batching_overhead: 0.1`), 0.02 ms of CPU launch per all-reduce
+(`all_reduce_launch_ms`), and neither the embedding nor a step overhead (`embedding: false`,
+`step_overhead_ms: 0`).
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ class VidurProfileCostModel(SplitCostModel):
         self._prefill_ms, self._decode_ms = _load_attention(cfg, model, tensor_parallel)
         self._all_reduce_ms = _load_all_reduce(cfg, tensor_parallel)
         self._overhead_ms = cfg.step_overhead_ms
+        gqa = model.num_kv_heads < model.num_attention_heads
+        self._batching_overhead = cfg.gqa_batching_overhead if gqa else 0.0
         # Token-level costs by rounded token count, filled on first use: a few hundred
         # distinct counts recur all run long, and each costs several numpy lookups.
         self._token_level_memo: dict[int, tuple[float, float]] = {}
@@ -85,7 +91,7 @@ class VidurProfileCostModel(SplitCostModel):
         b = float(batch_size)
         # Vidur's kv_cache_size is what is cached before the step: context minus the new token.
         mean_cached = (context_sums - b) / b
-        attention_ms = self._decode_ms(np.float64(b), mean_cached)
+        attention_ms = self._decode_ms(np.float64(b), mean_cached) * self._batched(batch_size)
         fixed_layer_ms, once_ms = self._token_level_ms(batch_size)
         total_ms = (attention_ms + fixed_layer_ms) * float(self.model.num_layers) + once_ms
         return total_ms / 1000.0
@@ -96,6 +102,7 @@ class VidurProfileCostModel(SplitCostModel):
         attention_ms = 0.0
         for value in self._prefill_ms(chunks, cached).tolist():
             attention_ms += value
+        attention_ms *= self._batched(len(chunks))
         # Multi-token decodes as vLLM's batch expansion verifies them: each extra token one
         # more single-query decode (the profiles hold no multi-query decode attention); an
         # upper bound next to a kernel that reads each sequence's KV once.
@@ -103,10 +110,15 @@ class VidurProfileCostModel(SplitCostModel):
         if b > 0:
             keys = float(work.decode_context_sum + work.decode_extra_context_sum)
             mean_cached = (keys - b) / b
-            attention_ms += float(self._decode_ms(np.float64(b), np.float64(mean_cached)))
+            decode_ms = float(self._decode_ms(np.float64(b), np.float64(mean_cached)))
+            attention_ms += decode_ms * self._batched(b)
         fixed_layer_ms, once_ms = self._token_level_ms(work.num_tokens)
         total_ms = (attention_ms + fixed_layer_ms) * float(self.model.num_layers) + once_ms
         return total_ms / 1000.0
+
+    def _batched(self, sequences: int) -> float:
+        """Attention's factor for `sequences` batched together (Vidur's GQA overhead)."""
+        return 1.0 + self._batching_overhead if sequences > 1 else 1.0
 
     def _token_level_ms(self, num_tokens: int) -> tuple[float, float]:
         """(per-layer token ops + all-reduces, once-per-step embedding + overhead) in ms."""
@@ -121,8 +133,9 @@ class VidurProfileCostModel(SplitCostModel):
         layer_ms = float(self._token_layer_ms(tokens))
         if self._all_reduce_ms is not None:
             size = np.float64(rounded * self.model.hidden_size * ALL_REDUCE_BYTES_PER_ELEMENT)
-            layer_ms += 2.0 * float(self._all_reduce_ms(size))
-        return layer_ms, float(self._emb_ms(tokens)) + self._overhead_ms
+            layer_ms += 2.0 * (float(self._all_reduce_ms(size)) + self.cfg.all_reduce_launch_ms)
+        embedding_ms = float(self._emb_ms(tokens)) if self.cfg.embedding else 0.0
+        return layer_ms, embedding_ms + self._overhead_ms
 
 
 # ------------------------------------------------------------------ interpolation

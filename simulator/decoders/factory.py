@@ -14,11 +14,7 @@ from simulator.decoders.lookahead import lookahead_step_model
 from simulator.decoders.speculative import speculative_step_model
 from simulator.decoders.step_model import StepModel
 from simulator.decoders.stepper import MultiTokenStepper
-from workbench.scenario.decoders import (
-    LookaheadDecoderConfig,
-    SpeculativeDecoderConfig,
-    refuse_on_simulator,
-)
+from workbench.scenario.decoders import LookaheadDecoderConfig, SpeculativeDecoderConfig
 from workbench.scenario.scenario import Scenario
 from workbench.seeding import component_rng
 
@@ -38,7 +34,6 @@ def build_steppers(
     """One stepper per replica (None each for vanilla decoding) and facts for the run's
     info: which run a calibrated histogram came from, and the histogram."""
     decoder = scenario.decoder
-    refuse_on_simulator(decoder, scenario.hardware.pipeline_parallel)  # until it models them
     if not isinstance(decoder, SpeculativeDecoderConfig | LookaheadDecoderConfig):
         return [None] * replicas, {}
     counts, info = None, {}

@@ -11,7 +11,6 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from workbench.errors import WorkbenchError
 from workbench.scenario.base import StrictModel
 
 
@@ -346,19 +345,3 @@ def lookahead_slots(
 ) -> int:
     """KV slots a decode step writes beyond its one emitted token (0 for vanilla)."""
     return 0 if isinstance(decoder, VanillaDecoderConfig) else decoder.max_draft_tokens
-
-
-def refuse_on_simulator(decoder: DecoderConfig, pipeline_parallel: int) -> None:
-    """The simulator has no pipeline-parallel or PipeInfer model yet: refuse, never
-    simulate such a scenario as something else."""
-    if decoder.kind in PIPELINE_DECODER_KINDS:
-        raise WorkbenchError(
-            f"decoder {decoder.kind!r} runs on the real backend only: the simulator has no "
-            "pipeline model yet",
-            field="decoder.kind",
-        )
-    if pipeline_parallel > 1:
-        raise WorkbenchError(
-            "the simulator does not model pipeline parallelism yet",
-            field="hardware.pipeline_parallel",
-        )

@@ -98,10 +98,28 @@ class VidurProfileCostConfig(StrictModel):
         default=None, description="network/<node>/all_reduce.csv; required when TP > 1."
     )
     step_overhead_ms: float = Field(
-        default=1.0, ge=0, description="Fixed CPU/scheduling overhead per engine step."
+        default=1.0,
+        ge=0,
+        description="Fixed CPU/scheduling overhead per engine step (Vidur's predictor: 0, "
+        "its CPU overheads are off by default).",
     )
     statistic: Literal["median", "mean", "min", "max"] = Field(
         default="median", description="Which timing statistic to use (Vidur trains on median)."
+    )
+    gqa_batching_overhead: float = Field(
+        default=0.0,
+        ge=0,
+        description="For a GQA model, decode attention of more than one sequence and prefill "
+        "attention of several chunks cost this share more (Vidur's predictor: 0.1).",
+    )
+    all_reduce_launch_ms: float = Field(
+        default=0.0,
+        ge=0,
+        description="CPU launch time added to every all-reduce (Vidur's predictor: 0.02 ms).",
+    )
+    embedding: bool = Field(
+        default=True,
+        description="Price the embedding lookup once per step (Vidur's predictor leaves it out).",
     )
 
 

@@ -9,6 +9,10 @@ so advancing by any number of steps is O(block_size), not O(batch) per step.
 A multi-token decoder (speculative, lookahead) writes up to `1 + lookahead_slots` KV entries
 per member and step, and a member may emit extra tokens (`advance`). Each member then holds
 blocks for its cached tokens plus `lookahead_slots`, so the step's writes always fit.
+
+A branch (APAR) shares its parent's full prefix blocks (`Sequence.shared_blocks`), which
+the parent is charged for: the branch holds the rest. It needs a new block at the same step
+counters as any sequence of its length (its residue), so block demand is unchanged.
 """
 
 from __future__ import annotations
@@ -44,12 +48,12 @@ class DecodeSet:
         self._offset_sum += seq.computed - step
         finish_at = step + seq.output_tokens - seq.generated
         heapq.heappush(self._finish_heap, (finish_at, seq.request_id))
-        return self._held_blocks(seq.computed) - seq.blocks
+        return self._held_blocks(seq, seq.computed) - seq.blocks
 
     def advance(self, seq: Sequence, step: int, extra: int) -> int:
         """At counter `step`, `seq` emitted (and cached) `extra` tokens beyond the step's one;
         returns the new blocks it needs to keep its lookahead slots."""
-        before = self._held_blocks(seq.entry_computed + step - seq.entry_step)
+        before = self._held_blocks(seq, seq.entry_computed + step - seq.entry_step)
         self.residue_counts[self.residue(seq)] -= 1
         seq.entry_computed += extra
         seq.entry_generated += extra
@@ -57,15 +61,15 @@ class DecodeSet:
         self._offset_sum += extra
         finish_at = seq.entry_step + seq.output_tokens - seq.entry_generated
         heapq.heappush(self._finish_heap, (finish_at, seq.request_id))  # the old entry goes stale
-        return self._held_blocks(seq.entry_computed + step - seq.entry_step) - before
+        return self._held_blocks(seq, seq.entry_computed + step - seq.entry_step) - before
 
     def residue(self, seq: Sequence) -> int:
         """Step counters (mod block size) at which `seq` needs a new block: its next write
         (cached tokens + lookahead slots) starts a block."""
         return (seq.entry_step - seq.entry_computed - self.lookahead_slots) % self.block_size
 
-    def _held_blocks(self, computed: int) -> int:
-        return blocks_for(computed + self.lookahead_slots, self.block_size)
+    def _held_blocks(self, seq: Sequence, computed: int) -> int:
+        return blocks_for(computed + self.lookahead_slots, self.block_size) - seq.shared_blocks
 
     def remove(self, seq: Sequence, step: int) -> None:
         """Take `seq` out at counter `step`, writing back its exact progress and blocks."""
@@ -79,7 +83,7 @@ class DecodeSet:
         advanced = step - seq.entry_step
         seq.computed = seq.entry_computed + advanced
         seq.generated = seq.entry_generated + advanced
-        seq.blocks = self._held_blocks(seq.computed)
+        seq.blocks = self._held_blocks(seq, seq.computed)
 
     def context_sum(self, step: int) -> int:
         """Σ KV length including the new token, for the step run at counter `step`."""

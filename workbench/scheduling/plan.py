@@ -53,3 +53,6 @@ class StepPlan:
 class StepResult:
     started: list[Sequence]  # emitted their first token of an emission span this step
     finished: list[Sequence]  # emitted their last token; now out of the replica
+    # Branches (APAR) that emitted their last token; their request is in `finished`, as its
+    # root sequence, once its last branch ended.
+    branches_ended: list[Sequence] = field(default_factory=list)

@@ -28,6 +28,8 @@ from workbench.records import (
     RunRecords,
     StepRecords,
 )
+from workbench.store import profiles as profile_sql
+from workbench.store.profiles import Profile, ProfilePoint
 from workbench.store.schema import (
     CONFIG_COLUMNS,
     LABEL_COLUMN,
@@ -312,6 +314,48 @@ class ResultsStore:
         self._con.execute(
             f"COPY (SELECT * FROM {table}{where}) TO {_sql_literal(str(out))} (FORMAT parquet)"
         )
+        return out
+
+    # ------------------------------------------------------------ calibration profiles
+
+    def profiles(self) -> list[Profile]:
+        """Every calibration profile, oldest first (none in a database older than schema 5)."""
+        if not self._table_columns("profiles"):
+            return []
+        return profile_sql.select_profiles(self._con)
+
+    def find_profile(self, ref: str) -> Profile:
+        """The profile named `ref` (the latest of that name) or with id (prefix) `ref`."""
+        return profile_sql.find_profile(self.profiles(), ref, self.path)
+
+    def profile_points(self, profile_id: str) -> list[ProfilePoint]:
+        return profile_sql.select_points(self._con, profile_id)
+
+    def profile_probes_done(self, profile_id: str) -> set[str]:
+        """The grid probes whose points are stored (a resumed calibration skips them)."""
+        return profile_sql.probes_done(self._con, profile_id)
+
+    def add_profile(self, profile: Profile) -> None:
+        profile_sql.insert_profile(self._con, profile)
+
+    def write_probe(self, profile_id: str, points: list[ProfilePoint], *, last: bool) -> None:
+        """One probe's points in one transaction; `last`: the profile is complete with them."""
+        self._con.execute("BEGIN TRANSACTION")
+        try:
+            profile_sql.insert_probe_points(self._con, profile_id, points)
+            if last:
+                profile_sql.mark_complete(self._con, profile_id, datetime.now(UTC).timestamp())
+            self._con.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+
+    def export_profile_csv(self, profile_id: str, out_path: str | Path) -> Path:
+        """Every point of the profile, its profile's columns beside each, as CSV."""
+        out = Path(out_path)
+        if not out.parent.is_dir():
+            raise WorkbenchError("folder does not exist", source=str(out.parent))
+        self._con.execute(profile_sql.export_csv_sql(profile_id, out))
         return out
 
 

@@ -12,6 +12,10 @@ carries its main configuration values as plain columns (`CONFIG_COLUMNS`), so SQ
 DataFrames see what the CLI prints. `docs/results.md` documents every column (a test
 compares it with this schema).
 
+Since schema 5 calibration profiles (`workbench calibrate`) live in `profiles` (one row per
+profile: model, device, dtype, threads, versions, date) and `profile_points` (one row per
+measured engine step); `workbench.store.profiles` reads and writes them.
+
 Migrations: `MIGRATIONS[v]` lists the steps from version v to v + 1, SQL statements or
 `PythonStep`s (work SQL cannot do, run by `workbench.store.db` in the same transaction). A
 new table (an `outputs` or `profiles` table, say) is one more entry and a version bump.
@@ -28,7 +32,7 @@ from workbench.decoder_metrics import MAX_POSITIONS
 from workbench.metrics import LATENCY_METRICS, STATISTICS
 from workbench.saturation import SATURATION_KEYS
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # The oldest schema a read-only store reads as it is: since then only columns were added,
 # which `load_records` fills for old databases (NULL, or LEGACY_COLUMNS' derivation). A
 # writable open migrates.
@@ -98,6 +102,48 @@ CONFIG_COLUMNS: dict[str, tuple[str, str]] = {
     "slo_tpot_ms": ("DOUBLE", "$.slo.tpot_ms"),
     "slo_e2e_ms": ("DOUBLE", "$.slo.e2e_ms"),
 }
+# Calibration profiles (schema 5): a profile's conditions, and its measured steps.
+PROFILE_COLUMNS: dict[str, str] = {
+    "profile_id": "VARCHAR PRIMARY KEY",
+    "name": "VARCHAR NOT NULL",  # what scenarios name it by (`cost_model.profile`)
+    "model": "VARCHAR NOT NULL",  # the model as the user named it (zoo name or folder)
+    "checkpoint": "VARCHAR NOT NULL",  # the checkpoint folder measured
+    "model_shape": "JSON NOT NULL",  # layers, widths, heads, vocab: what the cost depends on
+    "device": "VARCHAR NOT NULL",  # cpu | cuda
+    "device_name": "VARCHAR NOT NULL",  # the CPU model or the CUDA device's name
+    "dtype": "VARCHAR NOT NULL",
+    "threads": "INTEGER NOT NULL",  # torch intra-op threads while measuring
+    "grid": "VARCHAR NOT NULL",  # the designed grid's name
+    "probes": "INTEGER NOT NULL",  # probes in the grid (complete when all are in)
+    "versions": "JSON",
+    "git_sha": "VARCHAR",
+    "created_at": "TIMESTAMP NOT NULL",  # UTC
+    "completed_at": "TIMESTAMP",  # UTC; NULL while probes are missing
+    "info": "JSON",  # kernels, linear implementation, host load while measuring...
+}
+POINT_COLUMNS: dict[str, str] = {
+    "profile_id": "VARCHAR NOT NULL",
+    "probe": "VARCHAR NOT NULL",  # the grid probe (a short serving run) it came from
+    "step": "BIGINT NOT NULL",  # the step's index in its probe
+    "prefill_chunk_tokens": "VARCHAR NOT NULL",  # per prefilling sequence, space-separated
+    "prefill_context_tokens": "VARCHAR NOT NULL",  # KV before each chunk, space-separated
+    "decode_batch_size": "INTEGER NOT NULL",
+    "decode_context_sum": "BIGINT NOT NULL",
+    "decode_extra_tokens": "BIGINT NOT NULL",
+    "decode_extra_context_sum": "BIGINT NOT NULL",
+    "forward_s": "DOUBLE NOT NULL",  # the engine's recorded step duration (its forwards)
+    "step_s": "DOUBLE NOT NULL",  # end of the previous step to end of this one
+}
+PROFILE_TABLES_DDL = [
+    "CREATE TABLE profiles ("
+    + ", ".join(f"{name} {sql}" for name, sql in PROFILE_COLUMNS.items())
+    + ")",
+    "CREATE TABLE profile_points ("
+    + ", ".join(f"{name} {sql}" for name, sql in POINT_COLUMNS.items())
+    + ")",
+]
+
+
 # The run's free-text label (`workbench run --label`), NULL without one (schema 4).
 LABEL_COLUMN = ("label", "VARCHAR")
 
@@ -267,6 +313,7 @@ def create_statements() -> list[str]:
         run_summaries_ddl(),
         REQUEST_METRICS_VIEW,
         RUN_SUMMARY_VIEW,
+        *PROFILE_TABLES_DDL,
     ]
 
 
@@ -315,4 +362,5 @@ MIGRATIONS: dict[int, list[str | PythonStep]] = {
         "DROP VIEW run_summary",
         RUN_SUMMARY_VIEW,
     ],
+    4: [*PROFILE_TABLES_DDL],  # calibration profiles: two new tables
 }

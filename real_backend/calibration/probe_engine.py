@@ -1,0 +1,99 @@
+"""The real engine, noting what each step computed: the points a calibration stores.
+
+A probe is a short serving run of the `RealEngine` itself (its policy, prefill grouping,
+decoder, bookkeeping), so what a step costs here is what it costs when serving. Each step's
+work is taken from the plan the policy handed the engine, in the terms of the simulator's
+`StepWork`, and its cost is the wall time from the end of the previous step to the end of
+this one: scheduling and bookkeeping included, aligned with the emission times a
+simulated twin must reproduce.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from real_backend.decoders.base import DecodeOutcome
+from real_backend.engine import RealEngine
+from workbench.records import StepRecords
+from workbench.scheduling.plan import StepPlan
+from workbench.store.profiles import ProfilePoint
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """A step's work as the simulator's StepWork counts it."""
+
+    prefill_chunk_tokens: tuple[int, ...]
+    prefill_context_tokens: tuple[int, ...]
+    decode_batch_size: int
+    decode_context_sum: int
+    decode_extra_tokens: int
+    decode_extra_context_sum: int
+
+
+def extra_context_sum(extra_per_sequence: int, batch: int, context_sum: int) -> int:
+    """Keys the extra tokens of a chain attend to: the k-th extra token of a sequence whose KV
+    holds c tokens (its first new token included) sees c + k keys."""
+    w = extra_per_sequence
+    return w * context_sum + batch * w * (w + 1) // 2
+
+
+class ProfilingEngine(RealEngine):
+    """`RealEngine` that keeps each step's `StepShape` beside its records."""
+
+    shapes: list[StepShape]
+
+    def serve(self, workload, prompts, progress=None):  # type: ignore[no-untyped-def]
+        self.shapes = []
+        return super().serve(workload, prompts, progress)
+
+    def _record_step(
+        self,
+        plan: StepPlan,
+        start_s: float,
+        end_s: float,
+        emitted: dict[int, list[int]],
+        prefill_tokens: int,
+        outcome: DecodeOutcome | None,
+        accepted: int,
+    ) -> None:
+        super()._record_step(plan, start_s, end_s, emitted, prefill_tokens, outcome, accepted)
+        extra = (outcome.verified - plan.decode_batch_size) if outcome else 0
+        per_sequence = extra // plan.decode_batch_size if plan.decode_batch_size else 0
+        self.shapes.append(
+            StepShape(
+                prefill_chunk_tokens=tuple(c.tokens for c in plan.prefills),
+                prefill_context_tokens=tuple(c.context_tokens for c in plan.prefills),
+                decode_batch_size=plan.decode_batch_size,
+                decode_context_sum=plan.decode_context_sum,
+                decode_extra_tokens=extra,
+                decode_extra_context_sum=extra_context_sum(
+                    per_sequence, plan.decode_batch_size, plan.decode_context_sum
+                ),
+            )
+        )
+
+
+def probe_points(probe: str, shapes: list[StepShape], steps: StepRecords) -> list[ProfilePoint]:
+    """A probe's points: every step but the first, which follows no step (its cost would
+    include the wait for the first arrival)."""
+    ends = steps.start_s + steps.duration_s  # (n_steps,)
+    step_s = np.diff(ends)  # (n_steps - 1,)
+    return [
+        ProfilePoint(
+            probe=probe,
+            step=i,
+            prefill_chunk_tokens=shape.prefill_chunk_tokens,
+            prefill_context_tokens=shape.prefill_context_tokens,
+            decode_batch_size=shape.decode_batch_size,
+            decode_context_sum=shape.decode_context_sum,
+            decode_extra_tokens=shape.decode_extra_tokens,
+            decode_extra_context_sum=shape.decode_extra_context_sum,
+            forward_s=float(steps.duration_s[i]),
+            step_s=float(step_s[i - 1]),
+        )
+        for i, shape in enumerate(shapes)
+        if i > 0
+    ]
