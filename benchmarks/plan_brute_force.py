@@ -61,10 +61,12 @@ def brute_force(path: Path, max_replicas: int, early_stop: bool) -> list[tuple]:
         except WorkbenchError as error:
             print(f"  {index}: {error.one_line()}")
             continue
-        gpu = values.get("hardware.gpu", load_scenario(path).hardware.gpu)
-        tp = values.get("hardware.tensor_parallel", load_scenario(path).hardware.tensor_parallel)
-        price = plan.objective.prices_usd_per_hour.get(gpu, get_gpu(gpu).hourly_price_usd)
-        cost = None if replicas is None else replicas * tp * price
+        hardware = probe_scenario(load_scenario(path), values, str(path)).hardware
+        gpus = hardware.tensor_parallel * hardware.pipeline_parallel
+        price = plan.objective.prices_usd_per_hour.get(
+            hardware.gpu, get_gpu(hardware.gpu).hourly_price_usd
+        )
+        cost = None if replicas is None else replicas * gpus * price
         rows.append((index, values, replicas, cost))
         print(f"  {index:3d} {values}: {replicas} replicas, ${cost}/h", flush=True)
     return rows

@@ -4,6 +4,13 @@ Requests are released at their arrival times; each engine step asks the policy f
 plan (the same object the simulator drives), runs it through the model runner over the
 paged KV cache, picks each emitting sequence's next token, and reports back to the policy.
 Records are the simulator's: per request, per step, and emission spans.
+
+With the APAR decoder, requests fork branches: after a step, a branch whose newest token is
+the fork token forks a child through the policy (`ContinuousBatching.fork`); the child's
+first chunk forks the parent's cache (`PagedKVCache.fork`, then cut back to the fork
+point); its tokens are its visible context (prompt, the parent's tokens up to the fork
+token, the child token, its own). A `BranchBook` records one emission per request and step
+and each request's tree; a request's output is the reassembled answer.
 """
 
 from __future__ import annotations
@@ -15,15 +22,19 @@ from dataclasses import dataclass
 
 import torch
 
+from real_backend.decoders.apar import AparDecoder, ForkChunk, branch_generator
 from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest
 from real_backend.decoders.vanilla import VanillaDecoder
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.transformer import SeqStep, Transformer
 from real_backend.sampling import next_token, request_generator
+from workbench.apar_records import BranchBook, reassemble
+from workbench.apar_trees import BranchTree
 from workbench.recorder import Recorder
 from workbench.records import RunRecords
 from workbench.scenario.decoders import SamplingConfig
-from workbench.scheduling.plan import PrefillChunk, StepPlan
+from workbench.scheduling.continuous import ContinuousBatching
+from workbench.scheduling.plan import PrefillChunk, StepPlan, StepResult
 from workbench.scheduling.policy import BatchPolicy
 from workbench.scheduling.sequence import Sequence
 from workbench.workload.requests import Workload
@@ -79,6 +90,7 @@ class RealEngine:
         self.tokens: dict[int, list[int]] = {}  # request id → prompt + emitted token ids
         self.generators: dict[int, torch.Generator] = {}
         self.done: set[int] = set()  # request ids finished (static batches keep their slots)
+        self.apar = decoder if isinstance(decoder, AparDecoder) else None
 
     def serve(
         self,
@@ -98,6 +110,12 @@ class RealEngine:
         self._start = self.clock()
         self._finished = 0
         self.done = set()
+        self.book = BranchBook(self.recorder) if self.apar is not None else None
+        self._own: dict[int, list[int]] = {}  # APAR: each branch's own tokens
+        self._answers: dict[int, list[int]] = {}  # APAR: each request's reassembled answer
+        # APAR: each request's branches' own tokens, in branch order (tests read them)
+        self.branch_outputs: dict[int, list[list[int]]] = {}
+        self._next_branch_id = len(workload)  # APAR: children's sequence ids
         with torch.inference_mode():
             while self._finished < len(workload):
                 self._release_arrivals()
@@ -106,6 +124,8 @@ class RealEngine:
                     self._wait_for_work()
                     continue
                 self._run(plan)
+        if self.apar is not None:
+            return self._records(), self._answers
         outputs = {rid: toks[len(prompts[rid]) :] for rid, toks in self.tokens.items()}
         return self._records(), outputs
 
@@ -136,6 +156,9 @@ class RealEngine:
         self.generators[request_id] = request_generator(self.options.seed, request_id)
         self.recorder.arrival_s[request_id] = arrival_s
         self.recorder.replica[request_id] = 0
+        if self.book is not None:
+            self.book.start(request_id)
+            self._own[request_id] = []
         predicted = None if w.predicted_tokens is None else int(w.predicted_tokens[request_id])
         seq = Sequence(
             request_id, arrival_s, len(prompt), int(w.output_tokens[request_id]), predicted
@@ -156,6 +179,8 @@ class RealEngine:
     def _run(self, plan: StepPlan) -> None:
         for seq in plan.preempted:
             self._evict(seq, plan.step)
+        for branch in plan.released:  # ended branches of a preempted request
+            self._free(branch)
         started_s = self._now()
         # Prompt tokens really computed (a static plan counts padding; the engine runs real ones).
         prefill_tokens = sum(len(self._chunk_ids(c)) for c in plan.prefills)
@@ -166,13 +191,15 @@ class RealEngine:
             self.tokens[rid].extend(tokens)
         extra = self._bursts(plan.step, emitted)
         result = self.policy.complete(plan, 1, stopped, extra)
+        if self.apar is not None:
+            self._branch_step(plan.step, emitted, result)
         # Accepted = what the decodes really emitted beyond one each: a drafted token the
         # target confirmed but that fell after a stop (or past the length) was never emitted.
         accepted = sum(len(emitted[rid]) - 1 for rid in decoded)
         self._record_step(plan, started_s, ended_s, emitted, prefill_tokens, outcome, accepted)
         for seq in result.started:
-            if math.isnan(self.recorder.first_token_s[seq.request_id]):  # first ever emission
-                self.recorder.first_token_s[seq.request_id] = ended_s
+            if math.isnan(self.recorder.first_token_s[seq.owner]):  # first ever emission
+                self.recorder.first_token_s[seq.owner] = ended_s
         for seq in result.finished:
             self._finish(seq, ended_s)
 
@@ -184,11 +211,10 @@ class RealEngine:
         stream starts over, so its output never depends on how it was scheduled.
         """
         rid = seq.request_id
-        if rid in self.cache.tables:
-            self.cache.free(rid)
+        self._free(rid)
         self.decoder.release(rid)
         self.recorder.close_span(seq, 0, step - 1)
-        del self.tokens[rid][len(self._prompts[rid]) + seq.generated :]
+        del self.tokens[rid][len(self._prompts[seq.owner]) + seq.generated :]
         if seq.generated == 0:
             self.generators[rid] = request_generator(self.options.seed, rid)
 
@@ -203,15 +229,20 @@ class RealEngine:
         # the live ones (the plan and the step records still count every slot).
         decodes = [s for s in self.policy.decode_sequences() if s.request_id not in self.done]
         requests = [self._decode_request(s) for s in decodes]
-        if requests:
+        forks, prefills = self._fork_chunks(plan.prefills)
+        if forks:  # APAR: forks' first tokens in the decodes' forward
+            outcome, firsts = self._decode_with_forks(requests, forks)
+            emitted.update(firsts)
+        elif requests:
             outcome = self.decoder.decode(requests)
+        if outcome is not None:
             for r, tokens in zip(requests, outcome.emitted, strict=True):
                 emitted[r.request_id] = tokens[: r.max_new]  # never past the request's length
-        for group in prefill_groups(plan.prefills):
+        for group in prefill_groups(prefills):
             steps = [SeqStep(c.seq.request_id, self._chunk_ids(c)) for c in group]
             for chunk, logits in zip(group, self.model.step(self.cache, steps, True), strict=True):
                 if chunk.context_tokens + chunk.tokens >= chunk.seq.prefill_target:  # (static pads)
-                    token = self._choose(chunk.seq.request_id, logits[-1])
+                    token = self._choose(chunk.seq, logits[-1])
                     emitted[chunk.seq.request_id] = [token]
         return emitted, outcome, [r.request_id for r in requests]
 
@@ -223,7 +254,7 @@ class RealEngine:
 
     def _remaining(self, seq: Sequence) -> int:
         """Tokens `seq` may still emit (the policy's counters of decoding members are lazy)."""
-        emitted = len(self.tokens[seq.request_id]) - len(self._prompts[seq.request_id])
+        emitted = len(self.tokens[seq.request_id]) - len(self._prompts[seq.owner])
         return seq.output_tokens - emitted
 
     def _bursts(self, step: int, emitted: dict[int, list[int]]) -> dict[int, int]:
@@ -239,8 +270,13 @@ class RealEngine:
         start = chunk.context_tokens
         return self.tokens[chunk.seq.request_id][start : start + chunk.tokens]
 
-    def _choose(self, request_id: int, logits: torch.Tensor) -> int:
-        return next_token(logits, self.options.sampling, self.generators[request_id])
+    def _choose(self, seq: Sequence, logits: torch.Tensor) -> int:
+        rid = seq.request_id
+        if self.apar is not None:  # its logit rules hold for a prefill's emission too
+            return self.apar.choose(
+                rid, self.tokens[rid], logits, self._remaining(seq), self.generators[rid]
+            )
+        return next_token(logits, self.options.sampling, self.generators[rid])
 
     def _stop_at_eos(self, emitted: dict[int, list[int]]) -> set[int]:
         """Cut each emission after an EOS (or stop token); return the requests that emitted one."""
@@ -262,8 +298,9 @@ class RealEngine:
         rec.preemptions[seq.request_id] = seq.preemptions
         self.done.add(seq.request_id)
         self.recorder.close_span(seq, 0, self.policy.step - 1)
-        if seq.request_id in self.cache.tables:
-            self.cache.free(seq.request_id)
+        if self.apar is not None:
+            rec.output_tokens[seq.request_id] = self._finish_branches(seq.request_id)
+        self._free(seq.request_id)
         self.decoder.release(seq.request_id)
         self._finished += 1
         if self._progress is not None:
@@ -272,6 +309,98 @@ class RealEngine:
             self._workload
         ):
             self._closed_loop_due.append(now_s + self._workload.think_time_s)
+
+    # ------------------------------------------------------------------ APAR branches
+
+    def _branch_step(self, step: int, emitted: dict[int, list[int]], result: StepResult) -> None:
+        """Record the step's branch emissions, fork where a branch's newest token is the fork
+        token (and it still decodes), and free the blocks the policy released."""
+        assert self.apar is not None and self.book is not None
+        for sid in sorted(emitted):
+            self.book.emit(sid, 0, step, len(emitted[sid]))
+            self._own[sid].extend(emitted[sid])
+        self.book.close_step(0, step)
+        for seq in result.started:
+            seq.first_emit_step = -1  # the book records APAR emissions, not the policy's spans
+        decoding = {s.request_id: s for s in self.policy.decode_sequences()}
+        for sid in sorted(emitted):
+            if emitted[sid][-1] == self.apar.fork_token and sid in decoding:
+                self._fork(decoding[sid])
+        for seq in result.branches_ended:
+            self.apar.rules.ended(seq.request_id)
+        for branch in result.released:
+            self._free(branch)
+
+    def _fork(self, parent: Sequence) -> None:
+        assert self.apar is not None and self.book is not None
+        sid, owner = parent.request_id, parent.owner
+        child_id = self._next_branch_id
+        self._next_branch_id += 1
+        room = self._remaining(parent) - 1  # after the child token, within the same limit
+        assert isinstance(self.policy, ContinuousBatching)
+        self.policy.fork(parent, child_id, room)
+        index = self.book.fork(sid, child_id)
+        self.apar.rules.forked(sid, child_id)
+        self.tokens[child_id] = [*self.tokens[sid], self.apar.child_token]
+        self.generators[child_id] = branch_generator(self.options.seed, owner, index)
+        self._own[child_id] = []
+
+    def _fork_chunks(
+        self, chunks: list[PrefillChunk]
+    ) -> tuple[list[PrefillChunk], list[PrefillChunk]]:
+        """(chunks of forks sharing a parent's prefix, the other prefill chunks)."""
+        if self.apar is None:
+            return [], chunks
+        forks = [c for c in chunks if c.seq.parent_id >= 0]
+        return forks, [c for c in chunks if c.seq.parent_id < 0]
+
+    def _decode_with_forks(
+        self, requests: list[DecodeRequest], forks: list[PrefillChunk]
+    ) -> tuple[DecodeOutcome, dict[int, list[int]]]:
+        """One forward for the decodes and the forks' chunks (two tokens each: the fork and
+        child tokens) over their shared prefixes; returns the forks' first tokens too."""
+        assert self.apar is not None
+        chunks = []
+        for chunk in forks:
+            seq = chunk.seq
+            if seq.request_id not in self.cache.tables:  # its first chunk: share the prefix
+                self.cache.fork(seq.parent_id, seq.request_id)
+                self.cache.truncate(seq.request_id, chunk.context_tokens)
+            emits = chunk.context_tokens + chunk.tokens >= seq.prefill_target
+            chunks.append(
+                ForkChunk(
+                    seq.request_id,
+                    self._chunk_ids(chunk),
+                    self.tokens[seq.request_id],
+                    self._remaining(seq),
+                    self.generators[seq.request_id],
+                    emits,
+                )
+            )
+        outcome, firsts = self.apar.decode_with_forks(requests, chunks)
+        return outcome, {sid: [token] for sid, token in firsts.items()}
+
+    def _finish_branches(self, request_id: int) -> int:
+        """The request's tree and reassembled answer; returns its emitted tokens."""
+        assert self.apar is not None and self.book is not None
+        sids = self.book.by_request[request_id]
+        own = [self._own.pop(sid) for sid in sids]
+        skip = {self.apar.fork_token} | self.options.eos_token_ids
+        answers = [sum(t not in skip for t in tokens) for tokens in own]
+        parent, fork_at, tokens = self.book.tree_shape(request_id)
+        tree = BranchTree(tuple(parent), tuple(fork_at), tuple(tokens), tuple(answers))
+        self._answers[request_id] = reassemble(tree, own, skip)
+        self.branch_outputs[request_id] = own
+        for sid in sids:
+            self._free(sid)
+            if sid != request_id:
+                del self.tokens[sid], self.generators[sid]
+        self.apar.rules.forget(request_id)
+        return self.book.finish(request_id, answers)
+
+    def _free(self, sequence_id: int) -> None:
+        if sequence_id in self.cache.tables:
+            self.cache.free(sequence_id)
 
     # ------------------------------------------------------------------ records
 
@@ -307,4 +436,5 @@ class RealEngine:
             requests=rec.request_records(prompt_tokens),
             steps=rec.step_records(),
             emissions=rec.emission_spans(),
+            branches=None if self.book is None else self.book.records(),
         )

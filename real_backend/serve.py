@@ -19,6 +19,7 @@ from workbench.errors import WorkbenchError
 from workbench.records import RunRecords
 from workbench.scenario.decoders import (
     PIPELINE_DECODER_KINDS,
+    AparDecoderConfig,
     DecoderConfig,
     SamplingConfig,
     SpeculativeDecoderConfig,
@@ -59,6 +60,11 @@ def serve_scenario(scenario: Scenario, progress=None) -> RunRecords:
     # Everything that can refuse the configuration comes before any model runs.
     eos = eos_token_ids(folder)
     stops = stop_token_ids(folder, scenario.workload.stop_texts)
+    if isinstance(scenario.decoder, AparDecoderConfig):
+        from real_backend.decoders.apar import fork_tokens
+
+        fork_tokens(folder, scenario.decoder)  # a model without them is refused up front
+        build_policy(scenario.scheduler, 1, branching=True)  # continuous batching only
     workload = workload_for(scenario)
     check_context(workload, ModelArgs.from_folder(folder), scenario)
     num_blocks = real_kv_blocks(scenario, workload)
@@ -83,9 +89,10 @@ def serve_scenario(scenario: Scenario, progress=None) -> RunRecords:
         ignore_eos=scenario.workload.ignore_eos,
         stop_token_ids=stops,
     )
-    decoder = build_decoder(scenario.decoder, model, cache, draft_folder(scenario))
+    decoder = build_decoder(scenario.decoder, model, cache, draft_folder(scenario), folder)
     assert decoder.lookahead_slots == slots, "the feasibility check counted other slots"
-    policy = build_policy(scenario.scheduler, num_blocks, slots)
+    branching = isinstance(scenario.decoder, AparDecoderConfig)  # APAR requests fork
+    policy = build_policy(scenario.scheduler, num_blocks, slots, branching=branching)
     engine = RealEngine(model, cache, policy, options, decoder)
     records, _outputs = engine.serve(workload, prompts, progress)
     records.info.update(run_info(folder, device, scenario.model.dtype, num_blocks))

@@ -13,13 +13,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from reports.apar import apar_tables
 from reports.collect import RunData, assign_labels, collect_run
 from reports.content import FigureImage, Report, Table
 from reports.decoders import decoder_tables, sim_vs_real_table
 from reports.headline import headline_table, slo_table
 from reports.html import render_html
 from reports.markdown import render_markdown
+from reports.matching import twin_pairs
 from reports.planning import plan_probe_ids, planning_images
+from reports.sim_vs_real import cdf_overlay, error_table
 from reports.sweeps import rate_sweep_curves
 from reports.tables import latency_tables, runs_table, seqsched_table, throughput_table
 from reports.warnings import report_warnings
@@ -116,9 +119,11 @@ def _tables(runs: list[RunData]) -> list[Table]:
     if batched:
         tables.append(seqsched_table(batched))
     tables += decoder_tables(runs)
+    tables += apar_tables(runs)  # APAR: branches, KV, the twin without forks, sim vs real
     twins = sim_vs_real_table(runs)
     if twins is not None:
         tables.append(twins)
+    tables += [error_table(real, sim) for real, sim in twin_pairs(runs)]
     return tables
 
 
@@ -141,6 +146,10 @@ def _figures(runs: list[RunData]) -> list[FigureImage]:
         caption = "Dotted red: the SLO limit." if figures.slo_thresholds(runs, metric) else ""
         images.append(_image(f"cdf_{metric}", f"{metric.upper()} CDF", figure, caption))
     images.append(_image("throughput", "Throughput and goodput", figures.throughput_bars(runs)))
+    for real, sim in twin_pairs(runs):
+        title = f"Real run beside its simulated twin, CDFs: {real.label}"
+        caption = f"Solid: real run {real.run_id}; dashed: its simulated twin {sim.run_id}."
+        images.append(_image(f"twin_cdf_{real.run_id}", title, cdf_overlay(real, sim), caption))
     return images
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from reports.labels import run_labels
+from reports.step_walls import StepWalls, step_walls
 from workbench import metrics
 from workbench.batch_metrics import Batches, find_batches
 from workbench.decoder_metrics import category_breakdown
@@ -36,6 +37,10 @@ class RunData:
     # prompt category → completed, mean_tpot_ms, mean_tokens_per_decode_step (empty: none)
     by_category: dict[str, dict[str, metrics.Number]] = field(default_factory=dict)
     slo: SLOConfig | None = None
+    # Wall time of each back-to-back step (`reports.step_walls`), for sim-vs-real errors.
+    walls: StepWalls = field(
+        default_factory=lambda: StepWalls(np.zeros(0), np.zeros(0, dtype=bool), 0)
+    )
     label: str = ""  # what tells it apart from the report's other runs (`assign_labels`)
     colour: str = "C0"  # its colour in every figure
 
@@ -92,6 +97,7 @@ def collect_run(store: ResultsStore, run_id: str) -> RunData:
         batches=find_batches(records) if "effective_token_ratio" in summary else None,
         by_category=category_breakdown(records),
         slo=slo,
+        walls=step_walls(records),
     )
 
 

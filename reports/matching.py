@@ -6,6 +6,8 @@
 - A real run's *simulator twin*: a simulated run whose configuration equals the real run's
   but for `name`, `backend`, `slo`, `sweep`, `simulator`, `cost_model` and the decoder's
   simulator-only fields (`acceptance`, `tokens_per_step`, `calibrate_from`); the latest.
+  A simulated run stored as a real run's twin (`workbench run --backend both`, its
+  `info.twin_of`) is that run's twin whatever the rest.
   A twin is *calibrated* only when its cost model was fitted to the real run's own device
   (a cost model kind in CALIBRATED_COST_MODELS); roofline, fixed-step, Vidur-profile and
   catalog-fitted prices of a real run are not, and reports say so beside the pair.
@@ -40,7 +42,9 @@ def vanilla_baseline(run: RunData, runs: list[RunData]) -> RunData | None:
 
 
 def simulator_twin(real: RunData, runs: list[RunData]) -> RunData | None:
-    return _latest_match(real, runs, TWIN_IGNORED, "backend", "sim")
+    """The run stored as its twin (`workbench run --backend both`), else the latest match."""
+    paired = [run for run in runs if run.run.get("info", {}).get("twin_of") == real.run_id]
+    return paired[-1] if paired else _latest_match(real, runs, TWIN_IGNORED, "backend", "sim")
 
 
 def twin_is_calibrated(twin: RunData) -> bool:

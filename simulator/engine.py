@@ -9,6 +9,7 @@ import simpy
 from simpy.core import StopSimulation
 
 from simulator.cost_models.base import CostModel
+from simulator.decoders.apar import AparBranches
 from simulator.decoders.stepper import MultiTokenStepper
 from simulator.pipeline import StagePipeline
 from simulator.replica import SimReplica, at
@@ -48,14 +49,19 @@ class Simulation:
         decoders: list[MultiTokenStepper | None] | None = None,
         monitor: RunMonitor | None = None,
         pipelines: list[StagePipeline | None] | None = None,
+        apar: AparBranches | None = None,
     ) -> None:
         """decoders: per replica, the multi-token decoder's stepper (None: vanilla).
         monitor: may stop the run early; `stop_reason` then says why. pipelines: per
         replica, the stages it shares (pipeline parallelism: each replica here is one
-        virtual engine of a pipelined replica); None: none."""
+        virtual engine of a pipelined replica); None: none. apar: the requests' APAR trees
+        (every replica's policy forks branches by them)."""
         self.workload = workload
         self.env = simpy.Environment()
         self.recorder = Recorder(len(workload))
+        self.apar = apar
+        if apar is not None:
+            apar.attach(self.recorder)
         self.router = router
         self.policies = policies
         self.progress = progress
@@ -63,7 +69,7 @@ class Simulation:
         steppers = decoders if decoders is not None else [None] * len(policies)
         stages = pipelines if pipelines is not None else [None] * len(policies)
         self.replicas = [
-            SimReplica(self.env, i, p, c, self.recorder, self._on_finish, span, d, s)
+            SimReplica(self.env, i, p, c, self.recorder, self._on_finish, span, d, s, apar)
             for i, (p, c, d, s) in enumerate(
                 zip(policies, cost_models, steppers, stages, strict=True)
             )
@@ -84,6 +90,7 @@ class Simulation:
             requests=rec.request_records(self.workload.prompt_tokens),
             steps=rec.step_records(),
             emissions=rec.emission_spans(),
+            branches=None if self.apar is None else self.apar.records(),
         )
 
     # ------------------------------------------------------------------ arrivals
@@ -103,11 +110,15 @@ class Simulation:
 
     def _route(self, request_id: int, now_s: float) -> None:
         w = self.workload
+        output = int(w.output_tokens[request_id])
+        if self.apar is not None:  # the root stops where its tree says
+            output = self.apar.root_tokens(request_id)
+            self.apar.start(request_id)
         seq = Sequence(
             request_id=request_id,
             arrival_s=now_s,
             prompt_tokens=int(w.prompt_tokens[request_id]),
-            output_tokens=int(w.output_tokens[request_id]),
+            output_tokens=output,
             predicted_tokens=(
                 None if w.predicted_tokens is None else int(w.predicted_tokens[request_id])
             ),

@@ -9,6 +9,9 @@ replica finishes its step before an arrival is routed.
 With a multi-token decoder (speculative, lookahead) a `MultiTokenStepper` draws and prices
 each decode step (the policy never repeats one); its extra tokens are written as bursts
 and reported to the policy as `extra`. Vanilla decoding never touches it.
+
+With APAR (`AparBranches`) each step is planned alone (the policy branches), and after it
+the branches that reached a fork position in their request's tree start a child.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import simpy
 from simpy.events import URGENT
 
 from simulator.cost_models.base import CostModel, StepWork
+from simulator.decoders.apar import AparBranches
 from simulator.decoders.stepper import MultiTokenStepper, StepDraw
 from simulator.pipeline import StagePipeline
 from workbench.recorder import Recorder
@@ -56,9 +60,11 @@ class SimReplica:
         max_span_steps: int,
         decoder: MultiTokenStepper | None = None,
         pipeline: StagePipeline | None = None,
+        apar: AparBranches | None = None,
     ) -> None:
         """pipeline: the stages this replica (a virtual engine of a pipeline-parallel
-        replica) shares with its siblings; its steps then run one at a time through them."""
+        replica) shares with its siblings; its steps then run one at a time through them.
+        apar: the run's APAR request trees (the policy then forks branches)."""
         self.env = env
         self.index = index
         self.policy = policy
@@ -68,6 +74,7 @@ class SimReplica:
         self.max_span_steps = max_span_steps
         self.decoder = decoder
         self.pipeline = pipeline
+        self.apar = apar
         self._draw: StepDraw | None = None  # the multi-token decode step in flight
         self.clock_s = 0.0  # exact end of the last committed step
         self._plan: StepPlan | None = None
@@ -163,14 +170,19 @@ class SimReplica:
         self._record_steps(plan, steps)
         self.clock_s = float(self._ends[steps - 1])
         extra = None if self._draw is None else self._bursts(plan.step, self._draw)
+        emitting = None if self.apar is None else self.apar.emitting(self.policy, plan)  # type: ignore[arg-type]
         result = self.policy.complete(plan, steps, extra=extra)
+        if self.apar is not None:
+            assert emitting is not None
+            self.apar.after_step(self.index, plan.step, emitting, self.policy, result)  # type: ignore[arg-type]
         for seq in result.started:
-            if np.isnan(self.recorder.first_token_s[seq.request_id]):
-                self.recorder.first_token_s[seq.request_id] = self.clock_s
+            if np.isnan(self.recorder.first_token_s[seq.owner]):
+                self.recorder.first_token_s[seq.owner] = self.clock_s
         self._close_spans(result.finished, self.policy.step - 1)
         for seq in result.finished:
             self.recorder.finish_s[seq.request_id] = self.clock_s
-            self.recorder.output_tokens[seq.request_id] = seq.generated
+            output = seq.generated if self.apar is None else self.apar.finish(seq)
+            self.recorder.output_tokens[seq.request_id] = output
             self.recorder.preemptions[seq.request_id] = seq.preemptions
             self.on_finish(seq, self.clock_s)
         self._release_drafts(result.finished)

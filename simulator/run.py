@@ -10,7 +10,9 @@ from simulator.catalogs.hardware import get_gpu
 from simulator.catalogs.models import ModelSpec, resolve_model
 from simulator.cost_models.base import CostModel
 from simulator.cost_models.factory import build_cost_model
-from simulator.decoders.factory import build_steppers, draft_spec
+from simulator.decoders.apar import AparBranches
+from simulator.decoders.apar_trees import longest_branch
+from simulator.decoders.factory import build_apar, build_steppers, draft_spec
 from simulator.decoders.stepper import MultiTokenStepper
 from simulator.engine import ProgressFn, RunMonitor, Simulation
 from simulator.pipeline import StagePipeline, stage_pipeline
@@ -62,6 +64,7 @@ class Prepared:
     cost_model: CostModel
     steppers: list[MultiTokenStepper] | None
     decoder_info: dict[str, str]
+    apar: AparBranches | None = None  # APAR: the requests' trees
 
 
 def prepare(
@@ -78,28 +81,33 @@ def prepare(
     workload = with_predictions(workload, scenario.scheduler, scenario.seed, checkpoint)
     num_blocks = replica_kv_blocks(scenario) // engines  # vLLM: each engine its share
     slots = lookahead_slots(scenario.decoder)
+    apar, apar_info = build_apar(scenario, workload.output_tokens, store)
+    longest = int((workload.prompt_tokens + workload.output_tokens).max())
+    if apar is not None:  # a branch's visible context: what it sees of its parent + its own
+        prompts = workload.prompt_tokens.tolist()
+        longest = max(longest_branch(t, p) for t, p in zip(apar.trees, prompts, strict=True))
     check_feasible(
         scenario.scheduler,
         num_blocks,
         int(workload.prompt_tokens.max()),
-        int((workload.prompt_tokens + workload.output_tokens).max()),
+        longest,
         source=None,
         lookahead_slots=slots,
     )
-    cost_model = build_cost_model(scenario)  # stateless: shared by the replicas
+    cost_model = build_cost_model(scenario, store)  # stateless: shared by the replicas
     steppers, decoder_info = build_steppers(scenario, scenario.hardware.replicas * engines, store)
-    return Prepared(workload, num_blocks, engines, slots, cost_model, steppers, decoder_info)
+    decoder_info.update(apar_info)
+    return Prepared(workload, num_blocks, engines, slots, cost_model, steppers, decoder_info, apar)
 
 
 def check_pipeline(scenario: Scenario, model: ModelSpec) -> int:
     """Pipeline stages per replica (each a virtual engine), checked against the model."""
     stages = scenario.hardware.pipeline_parallel
-    if scenario.decoder.kind in PIPELINE_DECODER_KINDS:
+    if stages > 1 and scenario.decoder.kind == "apar":
         raise WorkbenchError(
-            f"decoder {scenario.decoder.kind!r} runs on the real backend only for now: the "
-            "simulator models pipeline parallelism with vanilla, speculative and lookahead "
-            "decoders",
-            field="decoder.kind",
+            "the simulator models APAR without pipeline parallelism; set "
+            "hardware.pipeline_parallel: 1",
+            field="hardware.pipeline_parallel",
         )
     if stages > model.num_layers:
         raise WorkbenchError(
@@ -124,11 +132,16 @@ def simulate(
 ) -> RunRecords:
     """store: the results database, for a decoder calibrated from a stored run. monitor: may
     end the run early (its reason lands in `info["stopped_early"]`)."""
+    if scenario.decoder.kind in PIPELINE_DECODER_KINDS:  # batch 1 through stages, its own model
+        from simulator.pipeinfer.serve import simulate_pipeline
+
+        return simulate_pipeline(scenario, workload or workload_for(scenario), store)
     ready = prepare(scenario, workload, store)
     replicas = scenario.hardware.replicas
     engines = replicas * ready.engines_per_replica
+    branching = ready.apar is not None
     policies = [
-        build_policy(scenario.scheduler, ready.num_blocks, ready.lookahead_slots)
+        build_policy(scenario.scheduler, ready.num_blocks, ready.lookahead_slots, branching)
         for _ in range(engines)
     ]
     sim = Simulation(
@@ -141,6 +154,7 @@ def simulate(
         decoders=ready.steppers,
         monitor=monitor,
         pipelines=_pipelines(scenario, ready.engines_per_replica),
+        apar=ready.apar,
     )
     records = sim.run()
     if sim.stop_reason is not None:

@@ -23,6 +23,18 @@ def tiny_zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def apar_tiny_zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A zoo cache folder with `apar-tiny` built, once per test session (minutes)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from real_backend.zoo import build
+
+    folder = tmp_path_factory.mktemp("apar_zoo")
+    build("apar-tiny", cache_dir=folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def tiny_predictor(tiny_zoo: Path) -> Path:
     """A length predictor for the zoo `tiny`, trained small and quick, in its default folder
     (`<zoo>/tiny/length_predictor`, where `{kind: learned}` finds it), once per session."""

@@ -114,9 +114,19 @@ def test_always_wrong_drafts_are_cancelled(head, references) -> None:
         assert summary["pipeline_wasted_partial_s"] > 0
 
 
-def test_random_trees_are_greedy(head, references) -> None:
-    config = pipeinfer(max_draft_tokens=6, max_runs_in_flight=6)
+@pytest.mark.parametrize("after_commit", ["restart", "continue"])
+def test_random_trees_are_greedy(head, references, after_commit) -> None:
+    config = pipeinfer(max_draft_tokens=6, max_runs_in_flight=6, after_commit=after_commit)
     check_lossless(head, config, references, scripted(references, "random"))
+
+
+def test_a_chain_may_continue_after_a_commit(head, references) -> None:
+    config = pipeinfer(max_draft_tokens=3, max_runs_in_flight=4, after_commit="continue")
+    log, summary = check_lossless(head, config, references, scripted(references, "right"))
+    if head.stages > 1:  # right drafts: the chain never restarts, so nothing is redundant
+        assert summary["pipeline_runs_committed"] > 0
+        outcomes = zip(log.columns["kind"], log.columns["outcome"], strict=True)
+        assert ("speculative", "cancelled") not in set(outcomes)
 
 
 def test_the_drafting_rule_on_a_draft_model_is_greedy(head, target, references) -> None:

@@ -15,8 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from decoder_models import random_model  # noqa: E402
-from pipeline_helpers import save_checkpoint  # noqa: E402
+from pipeline_helpers import save_checkpoint, stage_plan  # noqa: E402
 
+from real_backend.pipeline.serve import running_pipeline  # noqa: E402
 from workbench.errors import WorkbenchError  # noqa: E402
 from workbench.runner import run_scenario  # noqa: E402
 from workbench.scenario.loader import load_scenario  # noqa: E402
@@ -102,4 +103,13 @@ def test_a_hung_stage_fails_the_run_within_its_timeout(tmp_path: Path, checkpoin
     assert "pipeline stage 1" in str(error) and "sent nothing" in str(error)
     assert 2 <= after_s < 10
     assert store.list_runs() == []
+    assert not [c for c in multiprocessing.active_children() if c.name.startswith("pipeline-")]
+
+
+def test_a_stage_that_fails_says_why(checkpoint: Path) -> None:
+    plan = stage_plan(checkpoint, 4, 2)
+    plan.ranges = [range(0, 4), range(4, 6)]  # stage 1 asks for layers the model lacks
+    failure = r"pipeline stage 1 failed: .*model\.layers\.4"
+    with pytest.raises(WorkbenchError, match=failure), running_pipeline(plan):
+        pass
     assert not [c for c in multiprocessing.active_children() if c.name.startswith("pipeline-")]

@@ -1,4 +1,4 @@
-"""The `workbench` command: run, validate, show, runs, summary, report, export."""
+"""The `workbench` command: run, validate, show, runs, summary, report, export, calibrate."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import yaml
 from workbench.errors import WorkbenchError
 
 DEFAULT_DB = "workbench.duckdb"
+REAL_EXTRA = ("torch", "transformers", "safetensors")  # the `real` extra's packages
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,7 +38,17 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = _scenario_command(sub, "run", "run a scenario (every point of its sweep)", _cmd_run)
-    run.add_argument("--backend", choices=["sim", "real"], help="override the scenario's backend")
+    run.add_argument(
+        "--backend",
+        choices=["sim", "real", "both"],
+        help="override the scenario's backend; both: the real backend, then its simulated twin "
+        "with a calibrated cost model, side by side",
+    )
+    run.add_argument(
+        "--profile",
+        help="--backend both: the calibration profile pricing the twin (name or id; default "
+        "the latest of the scenario's model, device and dtype)",
+    )
     run.add_argument("--db", default=DEFAULT_DB, help=f"results database (default {DEFAULT_DB})")
     run.add_argument("--json", action="store_true", help="print the summary as JSON only")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -93,7 +104,30 @@ def _parser() -> argparse.ArgumentParser:
     from workbench.planning.cli import add_plan_parser  # the simulator loads when a plan runs
 
     add_plan_parser(sub)
+    _calibrate_parser(sub)
     return parser
+
+
+def _calibrate_parser(sub: Any) -> None:
+    cmd = sub.add_parser(
+        "calibrate",
+        help="measure the real engine's step costs into a profile (cost_model: calibrated)",
+    )
+    cmd.add_argument("--model", required=True, help="a zoo model name or a checkpoint folder")
+    cmd.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    cmd.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
+    cmd.add_argument("--db", default=DEFAULT_DB, help=f"results database (default {DEFAULT_DB})")
+    cmd.add_argument("--name", help="the profile's name (default MODEL-DEVICE-DTYPE)")
+    cmd.add_argument(
+        "--grid", default="standard", help="designed grid: standard (default) or test (tiny)"
+    )
+    cmd.add_argument("--zoo-dir", help="zoo cache folder (default ~/.cache/decoding-workbench/zoo)")
+    cmd.add_argument(
+        "--again", action="store_true", help="measure anew even if the profile is complete"
+    )
+    cmd.add_argument("--csv", help="also export the profile's points to this CSV file")
+    cmd.add_argument("--no-progress", action="store_true", help="no progress bar")
+    cmd.set_defaults(func=_cmd_calibrate)
 
 
 def _scenario_command(
@@ -137,7 +171,7 @@ def _load(args: argparse.Namespace):
     from workbench.scenario.loader import load_scenario
 
     overrides = list(args.set)
-    if getattr(args, "backend", None):
+    if getattr(args, "backend", None) in ("sim", "real"):
         overrides.append(f"backend={args.backend}")
     return load_scenario(args.file, overrides)
 
@@ -189,12 +223,43 @@ def _cmd_run(args: argparse.Namespace) -> int:
         else:
             _print_outcome(outcome, args.db, percentiles)
 
+    if args.profile and args.backend != "both":
+        raise WorkbenchError("--profile prices the twin of --backend both", field="--profile")
     with ResultsStore.open(args.db) as store:
+        if args.backend == "both":
+            _run_twins(args, scenario, store, progress, show, percentiles)
+            return 0
         run_scenario(
             scenario, store, source=args.file, progress=progress, on_outcome=show,
             label=args.label, percentiles=percentiles,
         )  # fmt: skip
     return 0
+
+
+def _run_twins(
+    args: argparse.Namespace,
+    scenario: Any,
+    store: Any,
+    progress: Any,
+    show: Callable[[Any], None],
+    percentiles: tuple[float, ...],
+) -> None:
+    """Both backends per point; after each pair, its sim-vs-real error table."""
+    from workbench.runner import run_twins
+
+    def show_pair(pair: Any) -> None:
+        show(pair.real)
+        show(pair.sim)
+        if not args.json:
+            from reports.sim_vs_real import pair_error_text
+
+            print(pair_error_text(store, pair.real.run_id, pair.sim.run_id), flush=True)
+
+    run_twins(
+        scenario, store, source=args.file, profile=args.profile, progress=progress,
+        on_outcome=show_pair, label=args.label,
+        percentiles=percentiles,
+    )  # fmt: skip
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
@@ -263,6 +328,73 @@ def _cmd_export(args: argparse.Namespace) -> int:
         store.export_parquet(args.table, Path(args.out), run_id=run_id)
     print(f"{args.table} → {args.out}")
     return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from workbench.store.db import ResultsStore
+
+    try:
+        from real_backend.calibration.measure import calibrate, resolve_target
+    except ModuleNotFoundError as exc:
+        if exc.name not in REAL_EXTRA:
+            raise
+        raise WorkbenchError(
+            f"calibration runs the real backend, which needs the `real` extra ({exc.name} is "
+            "missing): pip install -e '.[real]' -c constraints.txt"
+        ) from None
+    from simulator.cost_models.calibrated import CalibratedCostModel, fit_errors, fit_profile
+
+    with ResultsStore.open(args.db) as store:
+        target = resolve_target(args.model, args.device, args.dtype, args.zoo_dir)
+        bar = None if args.no_progress else _CalibrationBar()
+        try:
+            outcome = calibrate(
+                target, store, name=args.name, grid_name=args.grid, again=args.again,
+                progress=bar,
+            )  # fmt: skip
+        finally:
+            if bar is not None:
+                bar.close()
+        profile = outcome.profile
+        points = store.profile_points(profile.profile_id)
+        if outcome.already_complete:
+            print(f"{profile.describe()} is complete already (give --again to measure anew)")
+        else:
+            resumed = f", {len(outcome.skipped)} stored before" if outcome.skipped else ""
+            print(f"{profile.describe()}: measured {len(outcome.measured)} probes{resumed}")
+        model = CalibratedCostModel(fit_profile(points), profile)
+        print(f"{len(points)} steps in {store.path}; fit (|predicted / measured − 1|):")
+        for kind, (n, median, p90, total) in fit_errors(model, points).items():
+            print(
+                f"  {kind:<8} {n:>6} steps  median {100 * median:5.1f}%  p90 {100 * p90:5.1f}%"
+                f"  sum {100 * (total - 1):+5.1f}%"
+            )
+        print(f"use it with: cost_model: {{kind: calibrated, profile: {profile.name}}}")
+        if args.csv:
+            print(f"csv: {store.export_profile_csv(profile.profile_id, Path(args.csv))}")
+    return 0
+
+
+class _CalibrationBar:
+    """A tqdm bar over the grid's probes on a terminal; nothing otherwise."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+
+    def __call__(self, done: int, total: int, probe: str) -> None:
+        if not sys.stderr.isatty():
+            return
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, initial=done, unit="probe", leave=False)
+        self._bar.n = done
+        self._bar.set_description(probe or "done")
+        self._bar.refresh()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
 
 
 # ---------------------------------------------------------------------- helpers

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from workbench.apar_metrics import apar_summary, has_branches
 from workbench.batch_metrics import STATIC_BATCH_SCHEDULERS, batch_summary
 from workbench.decoder_metrics import decoder_summary, drafted_anything
 from workbench.errors import WorkbenchError
@@ -348,6 +349,8 @@ def summarize(
         summary.update(decoder_summary(records))  # speculative / lookahead decoders
     if has_pipeline_runs(records):
         summary.update(pipeline_summary(records))  # pipeline stages: runs, waste, in flight
+    if has_branches(records):
+        summary.update(apar_summary(records))  # APAR: forks, step compression, KV saved
     summary.update(detect_saturation(records.requests).as_summary())
     return summary
 

@@ -10,8 +10,12 @@ step writes one row per step. An emission's time is its step's `start_s + durati
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from workbench.apar_records import BranchRecords
 
 REQUEST_STATUSES = ("finished", "unfinished")
 
@@ -70,6 +74,7 @@ class RunRecords:
     steps: StepRecords
     emissions: EmissionSpans
     info: dict[str, str] = field(default_factory=dict)  # backend facts: device, versions...
+    branches: BranchRecords | None = None  # APAR runs: every request's branch tree
 
 
 @dataclass

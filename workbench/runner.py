@@ -14,7 +14,7 @@ from typing import Protocol
 from workbench.errors import WorkbenchError
 from workbench.metrics import DEFAULT_PERCENTILES, SummaryValue, summarize
 from workbench.records import RunMeta, RunRecords
-from workbench.scenario.decoders import SpeculativeDecoderConfig
+from workbench.scenario.decoders import PipeInferDecoderConfig, SpeculativeDecoderConfig
 from workbench.scenario.scenario import Scenario
 from workbench.store.db import ResultsStore
 from workbench.sweep import SweepPoint, expand, point_source
@@ -121,8 +121,10 @@ def run_point(
     label: str | None = None,
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
     position: tuple[int, int] = (1, 1),
+    twin_of: str | None = None,
 ) -> RunOutcome:
-    """Run one point and store it whole; position: (index from 1, points in the sweep)."""
+    """Run one point and store it whole; position: (index from 1, points in the sweep).
+    twin_of: the real run this simulated run reproduces (`--backend both`)."""
     scenario = point.scenario
     display = (
         progress(scenario.workload.num_requests, _progress_label(point, position))
@@ -138,6 +140,8 @@ def run_point(
     finished = time.time()
     records.info.setdefault("scheduler", scenario.scheduler.kind)  # selects summary metrics
     records.info.setdefault("decoder", scenario.decoder.kind)
+    if twin_of is not None:
+        records.info["twin_of"] = twin_of
     meta = RunMeta(
         run_id=uuid.uuid4().hex[:12],
         scenario_name=scenario.name,
@@ -161,6 +165,110 @@ def run_point(
         else summarize(records, scenario.slo, percentiles)
     )
     return RunOutcome(meta.run_id, point, shown, wall_s=finished - started, label=label)
+
+
+@dataclass
+class TwinOutcome:
+    """One sweep point run on both backends: the real run and its simulated twin."""
+
+    real: RunOutcome
+    sim: RunOutcome
+
+
+TwinHandler = Callable[[TwinOutcome], None]
+
+
+def run_twins(
+    scenario: Scenario,
+    store: ResultsStore,
+    *,
+    source: str,
+    profile: str | None = None,
+    progress: ProgressFactory | None = None,
+    on_outcome: TwinHandler | None = None,
+    label: str | None = None,
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
+) -> list[TwinOutcome]:
+    """`workbench run --backend both`: each point on the real backend, then on the
+    simulator with a calibrated cost model, stored as a pair (the simulated run's
+    `info.twin_of` names the real one). Both see the same KV blocks; the calibration
+    profile is checked before the real run starts.
+
+    profile: the profile to price the simulated run with (a name or id in `store`); default
+    the scenario's own calibrated cost model, else the latest complete profile of the
+    scenario's model, device and dtype."""
+    points = expand(scenario, source=source)
+    outcomes = []
+    for index, point in enumerate(points, start=1):
+        try:
+            real, sim = twin_scenarios(point.scenario, store, profile)
+            _preflight_point(sim, store)  # a bad profile fails before the real run
+            position = (index, len(points))
+            real_run = run_point(
+                SweepPoint(point.values, real), store, progress=progress, label=label,
+                percentiles=percentiles, position=position,
+            )  # fmt: skip
+            sim_run = run_point(
+                SweepPoint(point.values, sim), store, progress=progress, label=label,
+                percentiles=percentiles, position=position, twin_of=real_run.run_id,
+            )  # fmt: skip
+        except WorkbenchError as error:
+            raise error.with_source(point_source(source, point.values)) from None
+        outcome = TwinOutcome(real_run, sim_run)
+        for run in (real_run, sim_run):
+            run.index, run.total = index, len(points)
+        outcomes.append(outcome)
+        if on_outcome is not None:
+            on_outcome(outcome)
+    return outcomes
+
+
+def twin_scenarios(
+    scenario: Scenario, store: ResultsStore, profile: str | None
+) -> tuple[Scenario, Scenario]:
+    """The point's real scenario and its simulated twin: the same workload, scheduler and
+    KV blocks (the real backend's count when the scenario leaves it open), the twin priced
+    by a calibrated cost model."""
+    try:
+        from real_backend.serve import real_kv_blocks  # the real backend is needed anyway
+    except ModuleNotFoundError as exc:
+        raise WorkbenchError(
+            f"--backend both runs the real backend, which needs the `real` extra ({exc.name} "
+            "is missing): pip install -e '.[real]' -c constraints.txt",
+            field="backend",
+        ) from None
+    from simulator.cost_models.calibrated import calibrated_config_for
+    from workbench.workload.generate import workload_for
+
+    real = scenario.model_copy(update={"backend": "real"})
+    resolved = with_model_source(real)  # the zoo's folder; the stored config keeps the name
+    kv = real.scheduler.kv_cache
+    if kv.num_blocks is None:
+        blocks = real_kv_blocks(resolved, workload_for(resolved))
+        kv = kv.model_copy(update={"num_blocks": blocks})
+        real = real.model_copy(
+            update={"scheduler": real.scheduler.model_copy(update={"kv_cache": kv})}
+        )
+    cost = calibrated_config_for(resolved, store, profile)
+    if cost.profile is not None and not cost.allow_other_device:
+        _check_threads(store.find_profile(cost.profile).threads, store.path)
+    sim = real.model_copy(update={"backend": "sim", "cost_model": cost})
+    return real, sim
+
+
+def _check_threads(profile_threads: int, source: str) -> None:
+    """A CPU profile measured with other intra-op threads prices another machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if profile_threads != threads:
+        raise WorkbenchError(
+            f"the calibration profile was measured with {profile_threads} torch threads, this "
+            f"run has {threads} (OMP_NUM_THREADS): calibrate with the threads the real run "
+            "uses, or set cost_model.allow_other_device: true",
+            source=source,
+            field="cost_model.profile",
+        )
 
 
 def _progress_label(point: SweepPoint, position: tuple[int, int]) -> str:
@@ -200,7 +308,8 @@ def with_model_source(scenario: Scenario) -> Scenario:
         folder = _zoo_folder(model.zoo, "target", model.zoo_dir, "model.zoo")
         model = model.model_copy(update={"config_path": folder})
     decoder = scenario.decoder
-    if isinstance(decoder, SpeculativeDecoderConfig) and decoder.draft.config_path is None:
+    drafting = isinstance(decoder, SpeculativeDecoderConfig | PipeInferDecoderConfig)
+    if drafting and decoder.draft.config_path is None:
         pair = decoder.draft.zoo or (scenario.model.zoo if decoder.draft.name is None else None)
         if pair is not None:
             folder = _zoo_folder(pair, "draft", model.zoo_dir, "decoder.draft.zoo")

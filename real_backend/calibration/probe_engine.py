@@ -10,15 +10,17 @@ simulated twin must reproduce.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from real_backend.decoders.base import DecodeOutcome
 from real_backend.engine import RealEngine
-from workbench.records import StepRecords
+from workbench.records import RunRecords, StepRecords
 from workbench.scheduling.plan import StepPlan
 from workbench.store.profiles import ProfilePoint
+from workbench.workload.requests import Workload
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,12 @@ class ProfilingEngine(RealEngine):
 
     shapes: list[StepShape]
 
-    def serve(self, workload, prompts, progress=None):  # type: ignore[no-untyped-def]
+    def serve(
+        self,
+        workload: Workload,
+        prompts: list[list[int]],
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[RunRecords, dict[int, list[int]]]:
         self.shapes = []
         return super().serve(workload, prompts, progress)
 

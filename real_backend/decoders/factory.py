@@ -13,6 +13,7 @@ from real_backend.model.loading import load_checkpoint
 from real_backend.model.transformer import Transformer
 from workbench.errors import WorkbenchError
 from workbench.scenario.decoders import (
+    AparDecoderConfig,
     DecoderConfig,
     LookaheadDecoderConfig,
     SpeculativeDecoderConfig,
@@ -25,6 +26,7 @@ def build_decoder(
     model: Transformer,
     cache: PagedKVCache,
     draft: Path | Transformer | None = None,  # a checkpoint folder, or a draft loaded once
+    checkpoint: Path | None = None,  # the target's folder (APAR reads its fork tokens there)
 ) -> Decoder:
     if isinstance(config, VanillaDecoderConfig):
         return VanillaDecoder(model, cache, config)
@@ -40,6 +42,12 @@ def build_decoder(
         from real_backend.decoders.lookahead import LookaheadDecoder
 
         return LookaheadDecoder(model, cache, config)
+    if isinstance(config, AparDecoderConfig):
+        from real_backend.decoders.apar import AparDecoder, fork_tokens
+
+        if checkpoint is None:
+            raise WorkbenchError("APAR needs the model's checkpoint folder", field="model")
+        return AparDecoder(model, cache, config, fork_tokens(checkpoint, config))
     raise WorkbenchError(f"unknown decoder {config.kind!r}", field="decoder.kind")
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from real_backend.pipeline.drafting import DraftLimits, DraftSource, DraftTree
 from real_backend.pipeline.head import Completion, PipelineHead
 from real_backend.pipeline.run_log import RunLog
-from real_backend.pipeline.runs import Resolution, Run, resolve, runs_to_cancel
+from real_backend.pipeline.runs import Resolution, Run, RunKind, resolve, runs_to_cancel
 from workbench.scenario.decoders import PipeInferDecoderConfig, PipelineDecoderConfig
 
 
@@ -36,6 +36,10 @@ class Commit:
     tokens: list[int]
     prefill_tokens: int  # the prompt, for the first commit of a request
     drafted: int  # drafted tokens of the runs resolved by this commit
+    # drafted tokens the target confirmed: the committing run's drafted nodes now committed
+    # (PipeInfer: a speculative run's first node is often committed by the token run before
+    # it, so this can exceed the tokens the commit emits less one)
+    accepted: int
     verified: int  # tokens those runs fed the target (decodes only)
     kv_blocks: int  # the head stage's blocks in use after it
 
@@ -115,7 +119,7 @@ class PipelineDecoding:
     def _launch(
         self,
         r: _Request,
-        kind: str,
+        kind: RunKind,
         context: list[int],
         tokens: list[int],
         parents: list[int],
@@ -145,8 +149,18 @@ class PipelineDecoding:
             )  # fmt: skip
         else:
             run = self._launch(r, "token", before, [newest], [-1], 1, r.committed_seq)
-        r.chain_seq, r.chain_context = run.seq, list(r.committed)
         r.launched_since_result = r.empty_drafts = 0
+        if not self._chain_goes_on(r):
+            r.chain_seq, r.chain_context = run.seq, list(r.committed)
+
+    def _chain_goes_on(self, r: _Request) -> bool:
+        """With `after_commit: continue`, the chain stays when its tail run is live and the
+        committed tokens are a prefix of what it continues from."""
+        if not self.asynchronous or self.config.after_commit != "continue":
+            return False
+        tail_live = any(run.seq == r.chain_seq for run in r.live)
+        ahead = r.chain_context[: len(r.committed)] == r.committed
+        return tail_live and ahead
 
     def _speculate(self, r: _Request) -> bool:
         """Launch one speculative run if PipeInfer may now; True if it did (or will retry
@@ -226,12 +240,14 @@ class PipelineDecoding:
             self.head.free(r.committed_seq)
         r.committed_seq = run.seq
         prefill = run.kind == "prefill"
+        first_drafted = len(run.tokens) - run.drafted  # drafted nodes come last in a run
         r.commits.append(
             Commit(
                 time_s=now,
                 tokens=new,
                 prefill_tokens=len(run.tokens) if prefill else 0,
                 drafted=run.drafted + r.resolved_drafted,
+                accepted=sum(node >= first_drafted for node in resolution.path[:kept]),
                 verified=0 if prefill else len(run.tokens) + r.resolved_verified,
                 kv_blocks=self.head.cache.allocator.num_blocks - self.head.cache.num_free_blocks,
             )

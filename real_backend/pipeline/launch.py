@@ -46,6 +46,8 @@ from workbench.errors import WorkbenchError
 # Waits inside the group never time out (gloo closes the pair when one does): a week.
 GROUP_TIMEOUT = datetime.timedelta(days=7)
 STORE_PREFIX = "workbench-pipeline"
+LOST_PEER_EXIT = 3  # a stage that stopped because a peer went away (worker.PeerLost)
+LAST_WORDS_S = 0.5  # how long a failed stage's own report is awaited after its exit
 POLL_S = 0.05  # how often a blocked head looks at the stages' health
 CONNECT_GRACE_S = 120.0  # spawned stages import torch before they connect
 
@@ -153,14 +155,16 @@ class Pipeline:
 
     def check(self) -> None:
         """Raise a one-line WorkbenchError if a stage died or fell silent."""
-        for rank, process in self.processes.items():
-            if process.exitcode is not None:
-                self.healthy = False
-                raise WorkbenchError(
-                    f"{stage_name(rank)} (pid {process.pid}) died with exit code "
-                    f"{process.exitcode}",
-                    field="hardware.pipeline_parallel",
-                )
+        exited = {r: p for r, p in self.processes.items() if p.exitcode is not None}
+        if exited:  # name a stage that failed first-hand before those that lost it
+            self.healthy = False
+            self._raise_last_words()
+            rank = min(exited, key=lambda r: (exited[r].exitcode == LOST_PEER_EXIT, r))
+            process = exited[rank]
+            raise WorkbenchError(
+                f"{stage_name(rank)} (pid {process.pid}) died with exit code {process.exitcode}",
+                field="hardware.pipeline_parallel",
+            )
         now = time.monotonic()
         for rank, heard in self.heard.items():
             if now - heard > self.timeout_s:
@@ -171,16 +175,31 @@ class Pipeline:
                     field="decoder.pipeline.stage_timeout_s",
                 )
 
+    def _raise_last_words(self) -> None:
+        """A stage that fails says why before it exits; its message may still be on its way
+        to the inbox when its exit is seen: wait a little for a first-hand report."""
+        deadline = time.monotonic() + LAST_WORDS_S
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                _src, message = self.channel.inbox.get(timeout=left)
+            except queue.Empty:
+                return
+            if isinstance(message, StageError) and not message.lost_peer:
+                raise WorkbenchError(f"{stage_name(message.rank)} failed: {message.text}")
+
     def _fail_from(self, src: int, message: StageError | LinkFailure) -> None:
-        """A stage reported a failure: name the root cause, a dead stage if there is one
-        (its neighbours then fail too, sending to or receiving from it)."""
+        """A failure was reported. A stage that failed first-hand says how; one that lost a
+        peer (or a link the head lost) points to another stage, which likely died: name
+        that one if it shows up within a second."""
         self.healthy = False
+        if isinstance(message, StageError) and not message.lost_peer:
+            raise WorkbenchError(f"{stage_name(message.rank)} failed: {message.text}")
         grace = time.monotonic() + 1.0
         while self.processes and time.monotonic() < grace:
-            self.check()  # raises naming a stage that exited
+            self.check()  # raises naming a stage that exited, first-hand failures first
             time.sleep(POLL_S)
         if isinstance(message, StageError):
-            raise WorkbenchError(f"{stage_name(message.rank)} failed: {message.text}")
+            raise WorkbenchError(f"{stage_name(message.rank)} stopped: {message.text}")
         raise WorkbenchError(
             f"the link between the head and {stage_name(message.peer)} failed: {message.text}"
         )

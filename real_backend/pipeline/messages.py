@@ -72,6 +72,7 @@ class StageError:
 
     rank: int
     text: str
+    lost_peer: bool = False  # it stopped because a neighbour or the head went away
 
 
 @dataclass

@@ -39,7 +39,7 @@ class PipelineRecorder:
                 kv_blocks_used=commit.kv_blocks,
                 emitted_tokens=len(commit.tokens),
                 drafted_tokens=commit.drafted,
-                accepted_tokens=len(commit.tokens) - 1 if decode else 0,
+                accepted_tokens=commit.accepted,
                 verified_tokens=commit.verified,
             )
             rec.span(request_id, REPLICA, self.step, self.step, len(commit.tokens))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from kernels.dispatch import KernelChoice, KernelUnavailable, select_kernels
 from real_backend.model.config import ModelArgs
 from real_backend.model.loading import load_checkpoint
 from real_backend.pipeline.decoding import PipelineDecoding
@@ -35,7 +36,6 @@ from real_backend.serve import (
     eos_token_ids,
     run_info,
     stop_token_ids,
-    use_kernels,
 )
 from workbench.errors import WorkbenchError
 from workbench.records import RunRecords
@@ -173,10 +173,10 @@ def serve_pipeline(scenario: Scenario, progress: Callable[[int], None] | None = 
         threads=decoder.pipeline.threads_per_stage or default_threads(stages),
     )
     prompts = request_prompts(workload, args.vocab_size, scenario.seed, eos)
+    kernels = cpu_kernels(scenario.model.kernels)
     with running_pipeline(plan) as head:
-        kernels = use_kernels(head.stage, scenario.model.kernels)
         drafter = (
-            _drafter(scenario, head, args, plan)
+            load_drafter(scenario, head, args, plan)
             if isinstance(decoder, PipeInferDecoderConfig)
             else None
         )
@@ -194,6 +194,14 @@ def serve_pipeline(scenario: Scenario, progress: Callable[[int], None] | None = 
     if workload.category is not None:
         records.requests.category = workload.category
     return records
+
+
+def cpu_kernels(choice: KernelChoice) -> str:
+    """The kernel implementation the stages will run, refused now if it cannot."""
+    try:
+        return select_kernels(choice, torch.device("cpu")).name
+    except KernelUnavailable as e:
+        raise WorkbenchError(str(e), field="model.kernels") from e
 
 
 def default_threads(stages: int) -> int | None:
@@ -256,7 +264,7 @@ def pipeline_kv_blocks(scenario: Scenario, workload: Workload) -> int:
     return sched.kv_cache.num_blocks
 
 
-def _drafter(
+def load_drafter(
     scenario: Scenario, head: PipelineHead, args: ModelArgs, plan: StagePlan
 ) -> DraftSource:
     """The draft model on the head, with its own cache; it must share the vocabulary."""

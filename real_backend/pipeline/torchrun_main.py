@@ -13,33 +13,39 @@ loop a locally spawned stage runs) until rank 0 is done. The rendezvous is torch
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch.distributed as dist
 
 from real_backend.pipeline.launch import Pipeline, attached_pipeline, closed, process_group
 from real_backend.pipeline.transport import Channel
-from real_backend.pipeline.worker import StageWorker
+from real_backend.pipeline.worker import StageWorker, serve_and_exit
 
 DEFAULT_TIMEOUT_S = 60.0  # until a scenario's decoder.pipeline.stage_timeout_s applies
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run_ranks(head: Callable[[], int]) -> int:
+    """Join torchrun's ranks: rank 0 runs `head` with the other ranks as its stages, the
+    others serve as stages until rank 0 is done. Returns this rank's exit code."""
     store, rank, world = next(dist.rendezvous("env://"))
     group = process_group(store, rank, world)
     if rank > 0:
-        StageWorker(group, rank, world).serve()
-        return 0
-    from workbench.cli import main as workbench_main
-
-    pipeline = Pipeline(
-        Channel(group, 0, range(1, world), is_final=closed), world, DEFAULT_TIMEOUT_S
-    )
+        serve_and_exit(StageWorker(group, rank, world))
+    channel = Channel(group, 0, range(1, world), is_final=closed)
+    pipeline = Pipeline(channel, world, DEFAULT_TIMEOUT_S)
     try:
         with attached_pipeline(pipeline):
-            return workbench_main(list(sys.argv[1:] if argv is None else argv))
+            return head()
     finally:
         pipeline.shutdown()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The workbench command line (the arguments after the module) on rank 0."""
+    from workbench.cli import main as workbench_main
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    return run_ranks(lambda: workbench_main(args))
 
 
 if __name__ == "__main__":

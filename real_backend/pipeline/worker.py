@@ -19,13 +19,19 @@ from typing import Any
 import torch
 
 from real_backend.model.transformer import SeqStep
-from real_backend.pipeline.launch import file_store, process_group
+from real_backend.pipeline.launch import (
+    LOST_PEER_EXIT,
+    file_store,
+    process_group,
+    stage_name,
+)
 from real_backend.pipeline.messages import (
     Cancel,
     Closed,
     EndSession,
     Heartbeat,
     KVOp,
+    LinkFailure,
     Payload,
     Ready,
     RunMessage,
@@ -42,8 +48,18 @@ from real_backend.pipeline.transport import Channel
 HEAD = 0
 
 
+class PeerLost(RuntimeError):
+    """A neighbour stage (or the head) is gone; this stage stops too."""
+
+
 class StageWorker:
-    def __init__(self, group: torch.distributed.ProcessGroup, rank: int, world: int) -> None:
+    def __init__(
+        self,
+        group: torch.distributed.ProcessGroup,
+        rank: int,
+        world: int,
+        head_pid: int | None = None,  # a stage started here exits when its head is gone
+    ) -> None:
         self.rank = rank
         self.world = world
         self.cancelled: set[int] = set()
@@ -53,7 +69,7 @@ class StageWorker:
         self.cache = None
         self.heartbeat_s = 1.0
         self._last_beat = time.monotonic()
-        self.head_pid: int | None = None  # a stage started here exits when its head is gone
+        self.head_pid = head_pid
 
     # ------------------------------------------------------------------ main loop
 
@@ -67,7 +83,7 @@ class StageWorker:
                 self._handle(message)
         except BaseException as exc:
             text = "".join(traceback.format_exception_only(exc)).strip()
-            self.channel.send(HEAD, StageError(self.rank, text))
+            self.channel.send(HEAD, StageError(self.rank, text, isinstance(exc, PeerLost)))
             self.channel.flush()
             raise
         self.channel.send(HEAD, Closed(self.rank))
@@ -80,13 +96,15 @@ class StageWorker:
             except queue.Empty:
                 self._beat()
                 if self.head_pid is not None and not _alive(self.head_pid):
-                    raise RuntimeError("the head process is gone") from None
+                    raise PeerLost("the head process is gone") from None
 
     def _handle(self, message: Any) -> None:
         if isinstance(message, StageSetup):
             self._setup(message)
         elif isinstance(message, RunMessage):
             self._run(message)
+        elif isinstance(message, LinkFailure):
+            raise PeerLost(f"lost its link to {stage_name(message.peer)}: {message.text}")
         elif isinstance(message, EndSession):
             self._apply(message.ops)
             in_use = self.cache.allocator.num_blocks - self.cache.num_free_blocks
@@ -184,13 +202,23 @@ def _alive(pid: int) -> bool:
 
 
 def run_local_stage(store_path: str, rank: int, world: int, head_pid: int) -> None:
-    """Entry of a stage process the workbench spawned on this machine."""
+    """Entry of a stage process the workbench started on this machine."""
+    group = process_group(file_store(store_path, world), rank, world)
+    serve_and_exit(StageWorker(group, rank, world, head_pid))
+
+
+def serve_and_exit(worker: StageWorker) -> None:
+    """Serve, then leave the process at once: the receiver threads still blocked on the
+    other peers must not meet the group's destructors at interpreter exit."""
+    code = 0
     try:
-        worker = StageWorker(process_group(file_store(store_path, world), rank, world), rank, world)
-        worker.head_pid = head_pid
         worker.serve()
+    except PeerLost as exc:
+        print(f"pipeline stage {worker.rank} stops: {exc}", file=sys.stderr)
+        code = LOST_PEER_EXIT
     except BaseException:
         traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
-    os._exit(0)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

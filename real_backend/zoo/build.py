@@ -1,7 +1,8 @@
 """Build a zoo entry: corpus -> tokenizer -> target -> draft -> evaluation -> model card.
 
 Layout of ``<cache>/<name>/``: ``target/`` and ``draft/`` (Hugging Face checkpoint folders,
-tokenizer files included), ``MODEL_CARD.md`` and ``card.json``. A build writes into
+tokenizer files included; an APAR entry has ``target/`` alone, `apar_build.py`),
+``MODEL_CARD.md`` and ``card.json``. A build writes into
 ``<name>.partial/`` and renames it at the end, so a folder with ``card.json`` is complete.
 """
 
@@ -15,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from real_backend.zoo.specs import ZooSpec, get_spec
+from real_backend.zoo.specs import AparSpec, ZooSpec, get_spec, roles_of
 from workbench.errors import WorkbenchError
 
 ROLES = ("target", "draft")
@@ -34,7 +35,7 @@ def cache_root(cache_dir: Path | str | None = None) -> Path:
 def is_built(name: str, cache_dir: Path | str | None = None) -> bool:
     """Both checkpoints and the card are there, and the card's spec is today's spec."""
     root = cache_root(cache_dir) / name
-    if not all((root / r / "config.json").is_file() for r in ROLES):
+    if not all((root / r / "config.json").is_file() for r in roles_of(get_spec(name))):
         return False
     card = read_card(name, cache_dir)
     spec = json.loads(json.dumps(asdict(get_spec(name))))
@@ -43,9 +44,11 @@ def is_built(name: str, cache_dir: Path | str | None = None) -> bool:
 
 def resolve_zoo_model(name: str, role: str = "target", cache_dir: Path | str | None = None) -> Path:
     """The checkpoint folder of a built zoo model, or a WorkbenchError naming the command."""
-    get_spec(name)
-    if role not in ROLES:
-        raise WorkbenchError(f"role must be one of {', '.join(ROLES)}, got {role!r}", field="role")
+    roles = roles_of(get_spec(name))
+    if role not in roles:
+        raise WorkbenchError(
+            f"zoo model {name!r} has no {role!r}; it has {', '.join(roles)}", field="role"
+        )
     cache = cache_root(cache_dir)
     if not is_built(name, cache):
         extra = "" if cache_dir is None else f" --cache-dir {cache}"
@@ -78,9 +81,16 @@ def build(
     partial = cache / f"{name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    card = _build_into(spec, partial, log)
+    if isinstance(spec, AparSpec):
+        from real_backend.zoo.apar_build import build_apar_into, render_apar_card
+
+        card = build_apar_into(spec, partial, log)
+        text = render_apar_card(card)
+    else:
+        card = _build_into(spec, partial, log)
+        text = render_card(card)
     (partial / CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
-    (partial / "MODEL_CARD.md").write_text(render_card(card))
+    (partial / "MODEL_CARD.md").write_text(text)
     if out.exists():
         shutil.rmtree(out)
     partial.rename(out)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from real_backend.zoo.build import build, cache_root, default_cache_dir, is_built, read_card
-from real_backend.zoo.specs import SPECS
+from real_backend.zoo.specs import SPECS, roles_of
 
 
 def add_zoo_parser(sub: Any) -> argparse.ArgumentParser:
@@ -24,7 +24,9 @@ def add_zoo_parser(sub: Any) -> argparse.ArgumentParser:
 
 def _fill(zoo: argparse.ArgumentParser) -> None:
     zsub = zoo.add_subparsers(dest="zoo_command", required=True)
-    b = zsub.add_parser("build", help="train a target/draft pair (reused when already built)")
+    b = zsub.add_parser(
+        "build", help="train a target/draft pair or an APAR model (reused when already built)"
+    )
     b.add_argument("name", nargs="?", default="small", choices=list(SPECS), help="default small")
     b.add_argument("--cache-dir", help=f"zoo folder (default {default_cache_dir()})")
     b.add_argument("--force", action="store_true", help="rebuild even when built")
@@ -40,7 +42,7 @@ def zoo_command(args: argparse.Namespace) -> int:
         card = read_card(args.name, cache_dir) or {}
         verb = "reused" if already else f"built in {card.get('build_seconds', '?')} s"
         print(f"{args.name}: {verb}: {out}")
-        print(f"  target: {out / 'target'}\n  draft:  {out / 'draft'}")
+        print("\n".join(f"  {role}: {out / role}" for role in roles_of(SPECS[args.name])))
         return 0
     if args.zoo_command == "list":
         cache = cache_root(cache_dir)
@@ -54,6 +56,13 @@ def zoo_command(args: argparse.Namespace) -> int:
 
 
 def _summary(card: dict[str, Any]) -> str:
+    if "apar" in card:
+        t, a = card["target"], card["apar"]
+        return (
+            f"built: APAR model {t['parameters']:,} params, fork rate "
+            f"{a['structured']['fork_rate']:.2f} structured / "
+            f"{a['unstructured']['fork_rate']:.2f} unstructured"
+        )
     t, d = card["target"], card["draft"]
     return (
         f"built: target {t['parameters']:,} params loss {t['heldout_loss']:.3f}, "

@@ -98,10 +98,70 @@ SMALL = ZooSpec(
     accept_new_tokens=48,
 )
 
-SPECS: dict[str, ZooSpec] = {s.name: s for s in (TINY, SMALL)}
+
+@dataclass(frozen=True)
+class AparSpec:
+    """An APAR-tuned model (no draft): trained half on structured stdlib lists with fork and
+    child tokens (`apar_data.py`), half on the stdlib's code, as the paper mixes in
+    unstructured data."""
+
+    name: str
+    description: str
+    seed: int
+    vocab_size: int  # the fork and child tokens included
+    seq_len: int
+    train_bytes: int  # code corpus, as ZooSpec
+    heldout_bytes: int
+    target: ModelShape
+    target_train: TrainSpec
+    max_items: int  # items per structured list at most
+    structured_share: float  # of the training rows
+    eval_prompts: int  # held-out prompts of each kind for the fork rates
+    eval_new_tokens: int  # tokens the root may emit while the fork rate is measured
+    max_depth: int = 2
 
 
-def get_spec(name: str) -> ZooSpec:
+APAR_TINY = AparSpec(
+    name="apar-tiny",
+    description="test-sized APAR model: 96-wide x 2 layers, vocab 1024, fork/child tokens",
+    seed=1234,
+    vocab_size=1024,
+    seq_len=96,
+    train_bytes=400_000,
+    heldout_bytes=30_000,
+    target=ModelShape(96, 256, 2, 4, 2),
+    target_train=TrainSpec(steps=400, batch_size=16, lr=3e-3, warmup_steps=30),
+    max_items=5,
+    structured_share=0.5,
+    eval_prompts=16,
+    eval_new_tokens=64,
+)
+
+APAR_SMALL = AparSpec(
+    name="apar-small",
+    description="APAR model 256-wide x 4 layers (GQA 8/2 heads), vocab 4096, fork/child tokens",
+    seed=1234,
+    vocab_size=4096,
+    seq_len=128,
+    train_bytes=2_000_000,
+    heldout_bytes=100_000,
+    target=ModelShape(256, 688, 4, 8, 2),
+    target_train=TrainSpec(steps=1200, batch_size=16, lr=2e-3, warmup_steps=60),
+    max_items=6,
+    structured_share=0.5,
+    eval_prompts=32,
+    eval_new_tokens=96,
+)
+
+SPECS: dict[str, ZooSpec | AparSpec] = {s.name: s for s in (TINY, SMALL, APAR_TINY, APAR_SMALL)}
+
+
+def roles_of(spec: ZooSpec | AparSpec) -> tuple[str, ...]:
+    """The checkpoint folders an entry has: a pair's target and draft, an APAR model alone."""
+    return ("target",) if isinstance(spec, AparSpec) else ("target", "draft")
+
+
+def get_spec(name: str) -> ZooSpec | AparSpec:
     if name not in SPECS:
         raise WorkbenchError(
             f"unknown zoo model {name!r}; available: {', '.join(SPECS)}", field="zoo"

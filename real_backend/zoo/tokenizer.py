@@ -11,7 +11,10 @@ BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 SPECIAL = [BOS, EOS, PAD]  # ids 0, 1, 2
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int, extra_special: Sequence[str] = ()
+) -> Tokenizer:
+    """extra_special: more special tokens after SPECIAL (APAR's fork and child tokens)."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -19,7 +22,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=2,
-        special_tokens=SPECIAL,
+        special_tokens=[*SPECIAL, *extra_special],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -27,7 +30,9 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     return tok
 
 
-def save_tokenizer(tok: Tokenizer, folder: Path, model_max_length: int) -> None:
+def save_tokenizer(
+    tok: Tokenizer, folder: Path, model_max_length: int, extra_special: Sequence[str] = ()
+) -> None:
     """tokenizer.json + tokenizer_config.json + special_tokens_map.json."""
     from transformers import PreTrainedTokenizerFast
 
@@ -36,6 +41,7 @@ def save_tokenizer(tok: Tokenizer, folder: Path, model_max_length: int) -> None:
         bos_token=BOS,
         eos_token=EOS,
         pad_token=PAD,
+        additional_special_tokens=list(extra_special),
         model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
     )

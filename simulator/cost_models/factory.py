@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Optional
 
 from simulator.catalogs.hardware import GPU_CATALOG, GPUSpec, get_gpu
 from simulator.catalogs.kernel_fit import KernelFit
 from simulator.catalogs.models import ModelSpec, resolve_model
 from simulator.cost_models.base import CostModel
+from simulator.cost_models.calibrated import build_calibrated
 from simulator.cost_models.fitted import FittedCostModel
 from simulator.cost_models.fixed_step import FixedStepCostModel
 from simulator.cost_models.roofline import RooflineCostModel
@@ -22,29 +24,33 @@ from workbench.scenario.system import (
     VidurProfileCostConfig,
 )
 
+if TYPE_CHECKING:
+    from workbench.store.db import ResultsStore
+
+Store = Optional["ResultsStore"]  # a calibrated model reads its profile from the store
 FITTED_DTYPES = ("fp16", "bf16")  # the profiles measured 16-bit kernels
 
 
-def _roofline(scenario: Scenario, model: ModelSpec) -> CostModel:
+def _roofline(scenario: Scenario, model: ModelSpec, _store: Store = None) -> CostModel:
     cfg = scenario.cost_model
     assert isinstance(cfg, RooflineCostConfig)
     hw = scenario.hardware
     return RooflineCostModel(model, get_gpu(hw.gpu), hw.tensor_parallel, scenario.model.dtype, cfg)
 
 
-def _vidur_profile(scenario: Scenario, model: ModelSpec) -> CostModel:
+def _vidur_profile(scenario: Scenario, model: ModelSpec, _store: Store = None) -> CostModel:
     cfg = scenario.cost_model
     assert isinstance(cfg, VidurProfileCostConfig)
     return VidurProfileCostModel(model, cfg, scenario.hardware.tensor_parallel)
 
 
-def _fixed_step(scenario: Scenario, model: ModelSpec) -> CostModel:
+def _fixed_step(scenario: Scenario, model: ModelSpec, _store: Store = None) -> CostModel:
     cfg = scenario.cost_model
     assert isinstance(cfg, FixedStepCostConfig)
     return FixedStepCostModel(cfg.step_ms)
 
 
-def _fitted(scenario: Scenario, model: ModelSpec) -> CostModel:
+def _fitted(scenario: Scenario, model: ModelSpec, _store: Store = None) -> CostModel:
     cfg = scenario.cost_model
     assert isinstance(cfg, FittedCostConfig)
     hw = scenario.hardware
@@ -82,18 +88,22 @@ def kernel_fit_for(cfg: FittedCostConfig, gpu: GPUSpec) -> KernelFit:
     return gpu.kernel_fit
 
 
-COST_MODELS: MappingProxyType[str, Callable[[Scenario, ModelSpec], CostModel]] = MappingProxyType(
-    {
-        "roofline": _roofline,
-        "vidur_profile": _vidur_profile,
-        "fixed_step": _fixed_step,
-        "fitted": _fitted,
-    }
+COST_MODELS: MappingProxyType[str, Callable[[Scenario, ModelSpec, Store], CostModel]] = (
+    MappingProxyType(
+        {
+            "roofline": _roofline,
+            "vidur_profile": _vidur_profile,
+            "fixed_step": _fixed_step,
+            "fitted": _fitted,
+            "calibrated": build_calibrated,
+        }
+    )
 )
 
 
-def build_cost_model(scenario: Scenario) -> CostModel:
-    """The cost model the scenario asks for, over its resolved model."""
+def build_cost_model(scenario: Scenario, store: Store = None) -> CostModel:
+    """The cost model the scenario asks for, over its resolved model. store: the results
+    database a calibrated model reads its profile from."""
     kind = scenario.cost_model.kind
     builder = COST_MODELS.get(kind)
     if builder is None:
@@ -101,7 +111,7 @@ def build_cost_model(scenario: Scenario) -> CostModel:
         raise WorkbenchError(
             f"unknown cost model {kind!r} (known: {known})", field="cost_model.kind"
         )
-    return builder(scenario, resolve_model(scenario.model))
+    return builder(scenario, resolve_model(scenario.model), store)
 
 
 def shape_cost_model(scenario: Scenario, model: ModelSpec) -> CostModel:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench.errors import WorkbenchError
+from workbench.scenario.decoders import AcceptanceModel, HistogramAcceptance, IIDAcceptance
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,15 @@ class AcceptanceDistribution:
         weights[: min(len(given), k + 1)] = given[: k + 1]
         weights[k] += given[k + 1 :].sum()
         return cls(weights / weights.sum())
+
+    @classmethod
+    def from_config(cls, acc: AcceptanceModel, k: int) -> AcceptanceDistribution:
+        """A scenario's `acceptance` (iid, positional or histogram) for k drafted tokens."""
+        if isinstance(acc, IIDAcceptance):
+            return cls.iid(acc.rate, k)
+        if isinstance(acc, HistogramAcceptance):
+            return cls.histogram(acc.counts, k)
+        return cls.positional(acc.rates, k, "decoder.acceptance.rates")
 
     @property
     def max_accepted(self) -> int:

@@ -8,13 +8,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simulator.catalogs.models import ModelSpec
+from simulator.decoders.apar import AparBranches
+from simulator.decoders.apar_calibration import stored_trees
+from simulator.decoders.apar_trees import request_trees
 from simulator.decoders.calibration import calibrate
 from simulator.decoders.draft_cost import DraftCache, draft_cost_model, draft_model_spec
 from simulator.decoders.lookahead import lookahead_step_model
 from simulator.decoders.speculative import speculative_step_model
 from simulator.decoders.step_model import StepModel
 from simulator.decoders.stepper import MultiTokenStepper
-from workbench.scenario.decoders import LookaheadDecoderConfig, SpeculativeDecoderConfig
+from workbench.scenario.decoders import (
+    AparDecoderConfig,
+    LookaheadDecoderConfig,
+    SpeculativeDecoderConfig,
+)
 from workbench.scenario.scenario import Scenario
 from workbench.seeding import component_rng
 
@@ -50,6 +57,21 @@ def build_steppers(
         for i in range(replicas)
     ]
     return steppers, info
+
+
+def build_apar(
+    scenario: Scenario, output_tokens: np.ndarray, store: ResultsStore | None
+) -> tuple[AparBranches | None, dict[str, str]]:
+    """The requests' APAR trees (None for other decoders), and facts for the run's info."""
+    decoder = scenario.decoder
+    if not isinstance(decoder, AparDecoderConfig):
+        return None, {}
+    replayed, info = None, {}
+    if decoder.calibrate_from is not None:
+        run_id, replayed = stored_trees(store, decoder.calibrate_from)
+        info = {"calibrated_from": run_id, "replayed_trees": str(len(replayed))}
+    rng = component_rng(scenario.seed, "decoder.apar.trees")
+    return AparBranches(request_trees(decoder, output_tokens, rng, replayed)), info
 
 
 def _step_model(

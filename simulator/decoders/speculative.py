@@ -17,8 +17,6 @@ import numpy as np
 from simulator.decoders.acceptance import AcceptanceDistribution
 from simulator.decoders.step_model import StepModel
 from workbench.scenario.decoders import (
-    HistogramAcceptance,
-    IIDAcceptance,
     SpeculativeDecoderConfig,
 )
 
@@ -47,13 +45,8 @@ def speculative_step_model(
     """calibrated_counts: accepted-token counts (index = accepted) replacing `acceptance`."""
     shape = draft_shape(cfg)
     k = len(shape) - 1
-    acc = cfg.acceptance
     if calibrated_counts is not None:
         acceptance = AcceptanceDistribution.histogram(calibrated_counts, k)
-    elif isinstance(acc, IIDAcceptance):
-        acceptance = AcceptanceDistribution.iid(acc.rate, k)
-    elif isinstance(acc, HistogramAcceptance):
-        acceptance = AcceptanceDistribution.histogram(acc.counts, k)
     else:
-        acceptance = AcceptanceDistribution.positional(acc.rates, k, "decoder.acceptance.rates")
+        acceptance = AcceptanceDistribution.from_config(cfg.acceptance, k)
     return StepModel(acceptance, shape, drafts_with_model=True, tree=cfg.tree is not None)

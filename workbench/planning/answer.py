@@ -181,10 +181,7 @@ def _recommendation(best: Configuration, plan: PlanConfig) -> list[str]:
     if isinstance(best.answer, RateAnswer):
         head = f"  answer: {best.label}: {best.answer.passing:.3g} req/s"
     else:
-        replicas = _replicas(best)
-        tp = best.values.get("hardware.tensor_parallel")
-        gpus = f", {replicas * tp} GPUs" if isinstance(tp, int) and replicas else ""
-        head = f"  answer: {replicas} × ({best.label}){gpus}, ${_cost(best):.2f}/h"
+        head = f"  answer: {_replicas(best)} × ({best.label}), ${_cost(best):.2f}/h"
     lines = [head]
     if deciding is not None and deciding.verdict is not None:
         name, ratio = deciding_metric(deciding, plan.slo)

@@ -139,7 +139,8 @@ class Planner:
                 source=self.source,
                 field="plan.objective.prices_usd_per_hour",
             )
-        return price * scenario.hardware.tensor_parallel
+        hardware = scenario.hardware
+        return price * hardware.tensor_parallel * hardware.pipeline_parallel  # GPUs per replica
 
     def _stored_probes(self) -> dict[str, tuple[str, Verdict | None, dict]]:
         """Probes of earlier runs of any plan judged by this SLO: hash → (run, verdict,

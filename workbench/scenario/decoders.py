@@ -262,6 +262,11 @@ class PipelineDecoderConfig(StrictModel):
     pipeline: PipelineOptions = Field(
         default_factory=PipelineOptions, description="Stage processes and emulation."
     )
+    calibrate_from: str | None = Field(
+        default=None,
+        description="Simulator: a stored real run of this pipeline (id or prefix) whose "
+        "measured stage times and link replace the cost model's.",
+    )
 
     @property
     def max_draft_tokens(self) -> int:
@@ -319,9 +324,110 @@ class PipeInferDecoderConfig(StrictModel):
     max_runs_in_flight: int = Field(
         default=8, gt=0, le=64, description="Live runs in the pipeline at most."
     )
+    after_commit: Literal["restart", "continue"] = Field(
+        default="restart",
+        description="Where speculation goes on after a commit: restart drafting after the "
+        "newest token (the released code), or continue after the in-flight chain's tail "
+        "while it still agrees with the committed tokens (no run duplicates one in flight).",
+    )
     pipeline: PipelineOptions = Field(
         default_factory=PipelineOptions, description="Stage processes and emulation."
     )
+    acceptance: AcceptanceModel = Field(
+        default_factory=lambda: IIDAcceptance(kind="iid", rate=0.7),
+        description="Simulator: drafted tokens a run's target accepts (up to the first "
+        "mismatch), per run of max_draft_tokens.",
+    )
+    calibrate_from: str | None = Field(
+        default=None,
+        description="Simulator: a stored real run of this pipeline (id or prefix) whose "
+        "measured stage times, draft time, link and acceptance replace the cost model's.",
+    )
+
+
+class AparTreeModelConfig(StrictModel):
+    """Simulator: APAR request trees drawn from parameters and each request's output length
+    (its answer, decoded sequentially, would emit `output_tokens`)."""
+
+    structured_share: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Share of requests whose answer is a list that forks; the others decode "
+        "as one branch.",
+    )
+    min_children: int = Field(
+        default=2, ge=1, description="Fewest children of a structured answer."
+    )
+    max_children: int = Field(default=6, ge=1, description="Most children (uniform in between).")
+    skeleton_share: float = Field(
+        default=0.25,
+        gt=0,
+        lt=1,
+        description="Share of a structured answer's tokens in the root's skeleton; the rest "
+        "are the children's details.",
+    )
+    detail_concentration: float = Field(
+        default=4.0,
+        gt=0,
+        description="Dirichlet concentration of the details' lengths: large is equal lengths, "
+        "small very uneven ones.",
+    )
+
+    @model_validator(mode="after")
+    def _children_range(self) -> AparTreeModelConfig:
+        if self.min_children > self.max_children:
+            raise ValueError("min_children exceeds max_children")
+        return self
+
+
+class AparDecoderConfig(SamplingConfig):
+    kind: Literal["apar"] = Field(
+        description="APAR (Liu et al., 2024): a model tuned to emit a fork token where a detail "
+        "belongs; a child branch sharing the prefix's KV writes it while the parent goes on."
+    )
+    max_depth: int = Field(
+        default=2,
+        ge=1,
+        description="Branches at this depth do not fork (the root is depth 1; 2: children do "
+        "not fork again; 1: nothing forks).",
+    )
+    max_branches: int = Field(
+        default=16,
+        ge=1,
+        le=256,
+        description="Live branches of a request at most: no fork while it has this many (1: "
+        "no fork at all, the sequential twin).",
+    )
+    fork_token: str = Field(default="[Fork]", description="The fork token in the tokenizer.")
+    child_token: str = Field(default="[Child]", description="The child token in the tokenizer.")
+    trees: AparTreeModelConfig = Field(
+        default_factory=AparTreeModelConfig,
+        description="Simulator: request trees drawn from parameters (unless calibrate_from).",
+    )
+    calibrate_from: str | None = Field(
+        default=None,
+        description="Simulator: a run id (prefix) of a real APAR run whose request trees to "
+        "replay (request i gets tree i modulo their number).",
+    )
+
+    @model_validator(mode="after")
+    def _children_fit(self) -> AparDecoderConfig:
+        if self.forks and self.trees.max_children > self.max_branches - 1:
+            raise ValueError(
+                f"trees.max_children ({self.trees.max_children}) must stay below max_branches "
+                f"({self.max_branches}): the root is a live branch too"
+            )
+        return self
+
+    @property
+    def forks(self) -> bool:
+        """Whether anything may fork (a root may fork only below max_depth)."""
+        return self.max_depth >= 2 and self.max_branches >= 2
+
+    @property
+    def max_draft_tokens(self) -> int:
+        return 0
 
 
 PIPELINE_DECODER_KINDS = ("pipeline", "pipeinfer")
@@ -331,7 +437,8 @@ DecoderConfig = Annotated[
     | SpeculativeDecoderConfig
     | LookaheadDecoderConfig
     | PipelineDecoderConfig
-    | PipeInferDecoderConfig,
+    | PipeInferDecoderConfig
+    | AparDecoderConfig,
     Field(discriminator="kind"),
 ]
 
@@ -341,7 +448,8 @@ def lookahead_slots(
     | SpeculativeDecoderConfig
     | LookaheadDecoderConfig
     | PipelineDecoderConfig
-    | PipeInferDecoderConfig,
+    | PipeInferDecoderConfig
+    | AparDecoderConfig,
 ) -> int:
     """KV slots a decode step writes beyond its one emitted token (0 for vanilla)."""
     return 0 if isinstance(decoder, VanillaDecoderConfig) else decoder.max_draft_tokens

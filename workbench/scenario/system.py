@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from workbench.scenario.admission import AdmissionConfig, FcfsAdmission
 from workbench.scenario.base import StrictModel
@@ -156,8 +156,40 @@ class FittedCostConfig(StrictModel):
     )
 
 
+class CalibratedCostConfig(StrictModel):
+    kind: Literal["calibrated"] = Field(
+        description="Step costs fitted to a real engine's measured steps (`workbench "
+        "calibrate`): the simulator prices a step as that engine spends it, on its device."
+    )
+    profile: str | None = Field(
+        default=None,
+        description="A calibration profile in the run's results database: its name (the "
+        "latest of that name) or its id.",
+    )
+    profile_csv: Path | None = Field(
+        default=None,
+        description="A profile exported with `workbench calibrate --csv FILE`, instead of "
+        "`profile`.",
+    )
+    allow_other_device: bool = Field(
+        default=False,
+        description="Price the scenario with a profile measured on another device or dtype "
+        "than its own (a what-if). Off: such a profile is refused.",
+    )
+
+    @model_validator(mode="after")
+    def _one_profile(self) -> CalibratedCostConfig:
+        if (self.profile is None) == (self.profile_csv is None):
+            raise ValueError("give exactly one of profile (in the database) or profile_csv")
+        return self
+
+
 CostModelConfig = Annotated[
-    RooflineCostConfig | VidurProfileCostConfig | FixedStepCostConfig | FittedCostConfig,
+    RooflineCostConfig
+    | VidurProfileCostConfig
+    | FixedStepCostConfig
+    | FittedCostConfig
+    | CalibratedCostConfig,
     Field(discriminator="kind"),
 ]
 

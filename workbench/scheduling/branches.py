@@ -1,17 +1,18 @@
 """A request with several branches (APAR) as continuous batching keeps it.
 
 A branch is a `Sequence` of its own; the group ties a request's branches together: which
-are still live (running or waiting), the blocks of branches that already ended, and the
-request's root sequence, which stands for the request in the step results.
+are still live (running or waiting), which ended but still hold blocks, who forked whom,
+and the request's root sequence, which stands for the request in the step results.
 
 Rules (see `ContinuousBatching.fork`):
 - Blocks: a branch is charged for the blocks it does not share (`Sequence.shared_blocks`
-  are its parent's). A branch that ends keeps its blocks charged until the whole request
-  ends, since later branches may still read them: a fork waiting for admission shares its
-  parent's prefix, and the parent may end first.
+  are its parent's). A branch that ends releases its blocks at once unless a live or
+  held descendant may still read them (a fork waiting for admission shares its parent's
+  prefix, and the parent may end first); a held branch is released when its last such
+  descendant is, so a request that ends has released everything.
 - Preemption takes the whole request: every running branch is evicted by recompute and
   later recomputes its own visible context (prompt + what it has seen), without sharing;
-  waiting forks of the request lose their shared prefix the same way.
+  held blocks are released and waiting forks lose their shared prefix the same way.
 """
 
 from __future__ import annotations
@@ -25,9 +26,42 @@ from workbench.scheduling.sequence import Sequence
 class BranchGroup:
     root: Sequence  # the request's first sequence: stands for the request in StepResults
     live: set[int] = field(default_factory=set)  # branch ids running or waiting
-    retained_blocks: int = 0  # blocks of ended branches, held until the request ends
+    parent: dict[int, int] = field(default_factory=dict)  # branch id → the one it forked from
+    held: dict[int, int] = field(default_factory=dict)  # ended branch id → blocks it holds
     preemptions: int = 0  # times the whole request was preempted
 
     @classmethod
     def of(cls, root: Sequence) -> BranchGroup:
         return cls(root=root, live={root.request_id}, preemptions=root.preemptions)
+
+    def add(self, child: Sequence, parent_id: int) -> None:
+        self.live.add(child.request_id)
+        self.parent[child.request_id] = parent_id
+
+    def end(self, seq: Sequence) -> list[tuple[int, int]]:
+        """`seq` ended: (branch id, blocks) of the branches released now, itself first,
+        then ancestors that no other branch can read any more."""
+        self.live.discard(seq.request_id)
+        self.held[seq.request_id] = seq.blocks
+        released: list[tuple[int, int]] = []
+        branch = seq.request_id
+        while branch in self.held and not self._read_by_others(branch):
+            released.append((branch, self.held.pop(branch)))
+            branch = self.parent.get(branch, -1)
+        return released
+
+    def release_all(self) -> tuple[list[int], int]:
+        """Every held branch released (the request is preempted): their ids, and blocks."""
+        released = (list(self.held), sum(self.held.values()))
+        self.held.clear()
+        return released
+
+    def _read_by_others(self, branch: int) -> bool:
+        return any(self._descends(other, branch) for other in (*self.live, *self.held))
+
+    def _descends(self, branch: int, ancestor: int) -> bool:
+        while branch in self.parent:
+            branch = self.parent[branch]
+            if branch == ancestor:
+                return True
+        return False

@@ -13,15 +13,22 @@ vLLM V0, Vidur's Sarathi).
 A multi-token decoder (speculative, lookahead) sets `lookahead_slots`: each decode then
 computes up to `1 + lookahead_slots` tokens, holds KV room for them, and may emit extra
 tokens (`complete(..., extra=...)`), so no step is repeatable in bulk.
+
+With `branching` (APAR) a running sequence may `fork` a branch after a step: a sequence of
+its own that shares the parent's cached prefix (`branches.py` has the rules for blocks,
+releases and preemption). Forks are admitted before waiting requests, without the
+admission watermark; steps are planned one at a time, since a fork may follow any step.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Mapping
 
 import numpy as np
 
 from workbench.scheduling.blocks import blocks_for, steps_within_budget
+from workbench.scheduling.branches import BranchGroup
 from workbench.scheduling.decode_set import DecodeSet
 from workbench.scheduling.plan import PrefillChunk, StepPlan, StepResult
 from workbench.scheduling.policy import BatchPolicy
@@ -46,6 +53,7 @@ class ContinuousBatching(BatchPolicy):
         lookahead_slots: int = 0,
         waiting: WaitingQueue | None = None,
         whole_prompt_blocks: bool = False,
+        branching: bool = False,
     ) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
@@ -64,6 +72,11 @@ class ContinuousBatching(BatchPolicy):
         self.lookahead_slots = lookahead_slots
         self.whole_prompt_blocks = whole_prompt_blocks  # blocks of the whole prompt at admission
         self.decoding = DecodeSet(block_size, lookahead_slots)
+        self.branching = branching  # sequences may fork (APAR): one step per plan
+        self.groups: dict[int, BranchGroup] = {}  # owner → its branches, once it forked
+        self.forks: deque[Sequence] = deque()  # forks waiting for admission, oldest first
+        self._waiting_branches = 0  # preempted branches in `waiting` (not requests)
+        self._released: list[int] = []  # ended branches released while planning this step
 
     # ------------------------------------------------------------------ engine interface
 
@@ -71,21 +84,27 @@ class ContinuousBatching(BatchPolicy):
         self.waiting.append(seq)
 
     def outstanding(self) -> int:
-        return len(self.waiting) + len(self.running)
+        sequences = len(self.waiting) + len(self.forks) + len(self.running)
+        return sequences - sum(len(g.live) - 1 for g in self.groups.values())
 
     def queued(self) -> int:
-        return len(self.waiting)
+        return len(self.waiting) - self._waiting_branches
 
     def decode_sequences(self) -> list[Sequence]:
         return list(self.decoding.members.values())
 
     def schedule(self, now: float) -> StepPlan | None:
         self.waiting.set_time(now)
+        self._released = []
         preempted = self._reserve_decode_blocks()
         budget = self.token_budget - len(self.decoding) * (1 + self.lookahead_slots)
         chunks, budget = self._continue_prefills(budget, preempted)
-        if not preempted:  # as vLLM: a step that preempted admits nobody, or victims thrash
+        # As vLLM: a step that preempted admits nobody, or victims thrash; unless it preempted
+        # everything (a request's branches can be all that ran).
+        if not preempted or not self.running:
             chunks += self._admit(budget)
+        if not chunks and not self.decoding:
+            chunks = self._unblock(budget)
         if not chunks and not self.decoding:
             return None  # preemptions only happen to make room for running sequences
         return self._plan(chunks, preempted)
@@ -101,18 +120,61 @@ class ContinuousBatching(BatchPolicy):
             demand = self.decoding.block_demand(plan.step + 1, n_steps - 1)
             self.used_blocks += int(demand.sum())
         self.step += n_steps
-        started, finished = self._finish_prefills(plan.prefills)
+        started, ended = self._finish_prefills(plan.prefills)
         for request_id, tokens in (extra or {}).items():
             # May overdraw the budget until the next `schedule` preempts: the physical cache
             # only ever holds what the step reserved, the overdraw is next step's headroom.
             self.used_blocks += self.decoding.advance(
                 self.decoding.members[request_id], self.step, tokens
             )
-        finished += self.decoding.pop_finished(self.step)
-        finished += self._stop_early(stopped)
-        for seq in finished:
-            self._release(seq)
-        return StepResult(started=started, finished=finished)
+        ended += self.decoding.pop_finished(self.step)
+        ended += self._stop_early(stopped)
+        result = StepResult(started=started, finished=[])
+        for seq in ended:
+            if seq.owner in self.groups:
+                result.branches_ended.append(seq)
+            request = self._release(seq, result.released)
+            if request is not None:
+                result.finished.append(request)
+        return result
+
+    def fork(self, parent: Sequence, child_id: int, own_tokens: int) -> Sequence:
+        """`parent` emitted a fork token in the step just completed: start a branch.
+
+        The child sees the parent's context (prompt and generated tokens, the fork token
+        the newest) plus a child token. It shares the parent's cached prefix, so its first
+        step computes just those two tokens: the fork token is not cached yet (a sequence's
+        newest token never is). It waits before every waiting request and is admitted like
+        one but without the watermark, which is kept for it: a fork is deferred, never
+        refused, while batch slots, the token budget or blocks are short.
+        child_id: unique among the replica's sequences. own_tokens: the child's length stop,
+        in tokens of its own (after the child token).
+        """
+        if parent.request_id not in self.running or parent.request_id in self.prefilling:
+            raise ValueError(f"sequence {parent.request_id} is not decoding: it cannot fork")
+        if parent.request_id in self.decoding.members:
+            self.decoding.sync(parent, self.step)
+        if own_tokens < 1:
+            raise ValueError("a branch emits at least one token of its own")
+        generated = parent.generated + 1  # the child token follows the fork token
+        child = Sequence(
+            request_id=child_id,
+            arrival_s=parent.arrival_s,
+            prompt_tokens=parent.prompt_tokens,
+            output_tokens=generated + own_tokens,
+            generated=generated,
+            computed=parent.computed,
+            owner=parent.owner,
+            parent_id=parent.request_id,
+            shared_blocks=parent.computed // self.block_size,
+            branch_start=generated,
+        )
+        group = self.groups.get(parent.owner)
+        if group is None:
+            group = self.groups[parent.owner] = BranchGroup.of(parent)
+        group.add(child, parent.request_id)
+        self.forks.append(child)
+        return child
 
     # ------------------------------------------------------------------ planning
 
@@ -121,8 +183,7 @@ class ContinuousBatching(BatchPolicy):
         preempted: list[Sequence] = []
         need = self.decoding.block_demand_at(self.step)
         while need > self.free_blocks():
-            victim = self._preempt_newest()
-            preempted.append(victim)
+            preempted += self._preempt_newest()
             need = self.decoding.block_demand_at(self.step)
         self.used_blocks += need
         self._decode_reserved_step = self.step
@@ -146,33 +207,50 @@ class ContinuousBatching(BatchPolicy):
 
     def _admit(self, budget: int) -> list[PrefillChunk]:
         chunks: list[PrefillChunk] = []
-        while self.waiting and len(self.running) < self.max_batch_size and budget > 0:
-            seq = self.waiting.head()
+        while len(self.running) < self.max_batch_size and budget > 0:
+            seq = self._waiting_head()
+            if seq is None:
+                break
             tokens = seq.prefill_remaining
             if self.chunked_prefill:
                 tokens = min(tokens, budget)
             elif tokens > budget:
                 break
             reserved = seq.prefill_remaining if self.whole_prompt_blocks else tokens
-            need = blocks_for(reserved, self.block_size)
-            if self.free_blocks() - need < self.watermark_blocks:
+            # A fork's shared prefix is its parent's; fresh sequences compute from zero.
+            need = blocks_for(seq.computed + reserved, self.block_size) - seq.shared_blocks
+            watermark = 0 if seq.parent_id >= 0 else self.watermark_blocks
+            if self.free_blocks() - need < watermark:
                 break
-            self.waiting.popleft()
+            self._pop_waiting()
             self.running[seq.request_id] = seq
             self.prefilling[seq.request_id] = seq
             seq.blocks = need
             self.used_blocks += need
-            chunks.append(PrefillChunk(seq, tokens, 0))
+            chunks.append(PrefillChunk(seq, tokens, seq.computed))
             budget -= tokens
         return chunks
 
+    def _waiting_head(self) -> Sequence | None:
+        """The next sequence to admit: waiting forks first, then the waiting queue."""
+        if self.forks:
+            return self.forks[0]
+        return self.waiting.head() if self.waiting else None
+
+    def _pop_waiting(self) -> None:
+        if self.forks:
+            self.forks.popleft()
+        elif self.waiting.popleft().is_branch:
+            self._waiting_branches -= 1
+
     def _grow(self, seq: Sequence, tokens: int, preempted: list[Sequence]) -> bool:
         """Give a prefilling `seq` blocks for `tokens` more; False if it was preempted."""
-        need = max(blocks_for(seq.computed + tokens, self.block_size) - seq.blocks, 0)
+        held = blocks_for(seq.computed + tokens, self.block_size) - seq.shared_blocks
+        need = max(held - seq.blocks, 0)
         while need > self.free_blocks():
-            victim = self._preempt_newest()
-            preempted.append(victim)
-            if victim is seq:
+            victims = self._preempt_newest()
+            preempted += victims
+            if any(victim is seq for victim in victims):
                 return False
         seq.blocks += need
         self.used_blocks += need
@@ -180,7 +258,7 @@ class ContinuousBatching(BatchPolicy):
 
     def _plan(self, chunks: list[PrefillChunk], preempted: list[Sequence]) -> StepPlan:
         size = len(self.decoding)
-        single = chunks or preempted or self.lookahead_slots
+        single = chunks or preempted or self.lookahead_slots or self.branching
         repeat = 1 if single else self._repeatable_decode_steps()
         if repeat == 1:
             used = np.array([self.used_blocks])
@@ -195,6 +273,7 @@ class ContinuousBatching(BatchPolicy):
             emitting=size + sum(c.tokens == c.seq.prefill_remaining for c in chunks),
             kv_blocks_used=used,
             preempted=preempted,
+            released=self._released,
             repeatable_steps=repeat,
             replan_at_s=self._admission_changes_at_s() if repeat > 1 else None,
         )
@@ -249,23 +328,98 @@ class ContinuousBatching(BatchPolicy):
                 out.append(seq)
         return out
 
-    def _release(self, seq: Sequence) -> None:
+    def _release(self, seq: Sequence, released: list[int]) -> Sequence | None:
+        """Take a sequence that ended out; returns the request that ends with it, if any
+        (itself, or the root of its branches once the last one ended). Branches whose
+        blocks are released go to `released`."""
+        self._stop_running(seq)
+        group = self.groups.get(seq.owner)
+        if group is None:
+            self.used_blocks -= seq.blocks
+            seq.blocks = 0
+            return seq
+        for branch, blocks in group.end(seq):
+            self.used_blocks -= blocks
+            released.append(branch)
+        seq.blocks = 0
+        if group.live:
+            return None
+        assert not group.held, "a request ended with blocks still held"
+        del self.groups[seq.owner]
+        group.root.preemptions = group.preemptions
+        return group.root
+
+    def _stop_running(self, seq: Sequence) -> None:
         if seq.request_id in self.decoding.members:
             self.decoding.remove(seq, self.step)
         del self.running[seq.request_id]
         self.prefilling.pop(seq.request_id, None)
-        self.used_blocks -= seq.blocks
-        seq.blocks = 0
 
-    def _preempt_newest(self) -> Sequence:
-        victim = next(reversed(self.running.values()))
+    def _preempt_newest(self) -> list[Sequence]:
+        """Preempt the most recently admitted request: all its running branches."""
+        if not self.groups:
+            newest = next(reversed(self.running.values()))
+            self._evict(newest)
+            return [newest]
+        owner = self._newest_owner()
+        victims = [s for s in self.running.values() if s.owner == owner]
+        for victim in reversed(victims):  # they go back to the queue front in their order
+            self._evict(victim)
+        if owner in self.groups:
+            self._preempt_group(owner)
+        return victims
+
+    def _preempt_group(self, owner: int) -> None:
+        """The rest of a request's preemption once its running branches are evicted: the
+        blocks its ended branches held go, and its waiting forks, their shared prefix gone,
+        wait to recompute it like preempted branches."""
+        group = self.groups[owner]
+        released, blocks = group.release_all()
+        self.used_blocks -= blocks
+        self._released += released
+        group.preemptions += 1
+        orphans = [fork for fork in self.forks if fork.owner == owner]
+        if orphans:
+            self.forks = deque(fork for fork in self.forks if fork.owner != owner)
+        for fork in reversed(orphans):
+            self._forget_prefix(fork)
+            self.waiting.appendleft(fork)
+            self._waiting_branches += 1
+
+    def _unblock(self, budget: int) -> list[PrefillChunk]:
+        """Nothing runs, yet ended branches hold blocks for their forks, which do not fit:
+        preempt such requests, newest first, until a sequence can be admitted."""
+        chunks: list[PrefillChunk] = []
+        while not chunks and (holding := [o for o, g in self.groups.items() if g.held]):
+            self._preempt_group(holding[-1])
+            chunks = self._admit(budget)
+        return chunks
+
+    def _newest_owner(self) -> int:
+        """The request admitted last, by its earliest running branch (admission order)."""
+        first: dict[int, int] = {}
+        for position, seq in enumerate(self.running.values()):
+            first.setdefault(seq.owner, position)
+        return max(first, key=first.__getitem__)
+
+    def _evict(self, victim: Sequence) -> None:
+        """Recompute preemption: free the blocks, back to the front of the queue."""
         if self._holds_reserved_block(victim):
             self.used_blocks -= 1  # hand back the block reserved for its decode this step
-        self._release(victim)
-        victim.computed = 0
+        self._stop_running(victim)
+        self.used_blocks -= victim.blocks
+        victim.blocks = 0
+        self._forget_prefix(victim)
         victim.preemptions += 1
         self.waiting.appendleft(victim)
-        return victim
+        if victim.is_branch:
+            self._waiting_branches += 1
+
+    @staticmethod
+    def _forget_prefix(seq: Sequence) -> None:
+        seq.computed = 0
+        seq.shared_blocks = 0
+        seq.parent_id = -1
 
     def _holds_reserved_block(self, seq: Sequence) -> bool:
         if seq.request_id not in self.decoding.members or self._decode_reserved_step != self.step:

@@ -20,7 +20,9 @@ from workbench.scheduling.static import StaticBatching
 from workbench.scheduling.waiting_queue import build_waiting_queue
 
 
-def _continuous(cfg: ContinuousBatchingConfig, num_blocks: int, slots: int) -> BatchPolicy:
+def _continuous(
+    cfg: ContinuousBatchingConfig, num_blocks: int, slots: int, branching: bool = False
+) -> BatchPolicy:
     return ContinuousBatching(
         num_blocks=num_blocks,
         block_size=cfg.kv_cache.block_size,
@@ -31,6 +33,7 @@ def _continuous(cfg: ContinuousBatchingConfig, num_blocks: int, slots: int) -> B
         lookahead_slots=slots,
         waiting=build_waiting_queue(cfg.admission),
         whole_prompt_blocks=cfg.prompt_blocks == "whole_prompt",
+        branching=branching,
     )
 
 
@@ -79,8 +82,19 @@ POLICIES: dict[str, Callable[..., BatchPolicy]] = {
 }
 
 
-def build_policy(cfg: SchedulerConfig, num_blocks: int, lookahead_slots: int = 0) -> BatchPolicy:
-    """`lookahead_slots`: KV slots a multi-token decoder writes per decode beyond one."""
+def build_policy(
+    cfg: SchedulerConfig, num_blocks: int, lookahead_slots: int = 0, branching: bool = False
+) -> BatchPolicy:
+    """`lookahead_slots`: KV slots a multi-token decoder writes per decode beyond one.
+    `branching`: sequences fork branches (APAR), which continuous batching alone admits."""
+    if branching:
+        if not isinstance(cfg, ContinuousBatchingConfig):
+            raise WorkbenchError(
+                "APAR forks branches under continuous batching only; use scheduler.kind: "
+                "continuous",
+                field="scheduler.kind",
+            )
+        return _continuous(cfg, num_blocks, lookahead_slots, branching=True)
     return POLICIES[cfg.kind](cfg, num_blocks, lookahead_slots)
 
 

@@ -35,6 +35,9 @@ class StepPlan:
     emitting: int  # sequences that emit a token at the end of each repeated decode step
     kv_blocks_used: np.ndarray  # (repeatable_steps,) blocks in use during each step
     preempted: list[Sequence] = field(default_factory=list)  # evicted while planning
+    # Ended branches (APAR) whose KV blocks were released while planning: their request was
+    # preempted (its running branches are in `preempted`).
+    released: list[int] = field(default_factory=list)
     repeatable_steps: int = 1
     # A repeated step starting at or after this time must be planned afresh: the admission
     # order changes then (an aging deadline). None: only arrivals and the count bound it.
@@ -56,3 +59,6 @@ class StepResult:
     # Branches (APAR) that emitted their last token; their request is in `finished`, as its
     # root sequence, once its last branch ended.
     branches_ended: list[Sequence] = field(default_factory=list)
+    # Branch ids whose KV blocks were released (not necessarily ended this step: a branch
+    # that ended earlier is held while a descendant may still read its blocks).
+    released: list[int] = field(default_factory=list)

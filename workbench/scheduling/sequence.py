@@ -40,7 +40,6 @@ class Sequence:
     parent_id: int = -1  # a waiting fork: the sequence whose cached prefix it shares
     shared_blocks: int = 0  # full prefix blocks it shares, charged to the parent
     branch_start: int = 0  # `generated` when the branch started (its own tokens after it)
-    admitted_at: int = -1  # the policy's admission counter when it last started running
 
     def __post_init__(self) -> None:
         if self.owner < 0:

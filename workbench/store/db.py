@@ -19,6 +19,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from workbench.apar_records import BranchRecords
 from workbench.errors import WorkbenchError
 from workbench.metrics import DEFAULT_PERCENTILES, SummaryValue
 from workbench.records import (
@@ -31,6 +32,7 @@ from workbench.records import (
 from workbench.store import profiles as profile_sql
 from workbench.store.profiles import Profile, ProfilePoint
 from workbench.store.schema import (
+    BRANCH_COLUMNS,
     CONFIG_COLUMNS,
     LABEL_COLUMN,
     LEGACY_COLUMNS,
@@ -55,8 +57,11 @@ RUN_COLUMNS = [
 ]  # fmt: skip
 # Read from `runs` beside RUN_COLUMNS (schema 4; derived for older databases).
 RUN_EXTRA_COLUMNS = [LABEL_COLUMN[0], *CONFIG_COLUMNS]
-EXPORTABLE = ("runs", *RECORD_TABLES, "run_summaries", "request_metrics", "run_summary")
+EXPORTABLE = (
+    "runs", *RECORD_TABLES, "branches", "run_summaries", "request_metrics", "run_summary",
+)  # fmt: skip
 _RECORD_CLASSES = {"requests": RequestRecords, "steps": StepRecords, "emissions": EmissionSpans}
+_COLUMNS = {**RECORD_TABLES, "branches": BRANCH_COLUMNS}  # tables write_run inserts
 _NOT_OURS = "not a workbench results database"
 # Errors write_run reports as one WorkbenchError after rolling back (bad records, bad JSON
 # in RunMeta, a read-only database...); anything else (KeyboardInterrupt) propagates as is.
@@ -129,6 +134,8 @@ class ResultsStore:
                 summary = summarize_run(records, meta.config_json)
             for table in RECORD_TABLES:
                 self._insert_records(table, getattr(records, table), meta.run_id)
+            if records.branches is not None:  # APAR runs
+                self._insert_records("branches", records.branches, meta.run_id)
             self._insert_run_row(meta, records.info, label)
             self._insert_summary(meta.run_id, summary)
             self._con.execute("COMMIT")
@@ -149,7 +156,7 @@ class ResultsStore:
 
     def _insert_records(self, table: str, columns: object, run_id: str) -> None:
         arrow = _arrow_table(table, columns)
-        names = ", ".join(RECORD_TABLES[table])
+        names = ", ".join(_COLUMNS[table])
         self._con.register("_wb_source", arrow)
         try:
             self._con.execute(
@@ -256,7 +263,26 @@ class ResultsStore:
         full = self.resolve_run_id(run_id)
         parts = {table: self._load_table(table, full) for table in RECORD_TABLES}
         info = self.get_run(full)["info"]
-        return RunRecords(parts["requests"], parts["steps"], parts["emissions"], info)
+        records = RunRecords(parts["requests"], parts["steps"], parts["emissions"], info)
+        records.branches = self._load_branches(full)
+        return records
+
+    def _load_branches(self, run_id: str) -> BranchRecords | None:
+        """An APAR run's branch trees (None for other runs, and before schema 6)."""
+        if not self._table_columns("branches"):
+            return None
+        names = ", ".join(BRANCH_COLUMNS)
+        arrow = self._con.sql(
+            f"SELECT {names} FROM branches WHERE run_id = ?", params=[run_id]
+        ).to_arrow_table()
+        if arrow.num_rows == 0:
+            return None
+        return BranchRecords(
+            **{
+                name: np.asarray(arrow.column(name).to_numpy(), dtype=NUMPY_DTYPES[sql])
+                for name, sql in BRANCH_COLUMNS.items()
+            }
+        )
 
     def _load_table(self, table: str, run_id: str) -> object:
         present = self._table_columns(table)
@@ -467,7 +493,7 @@ def _run_in_transaction(
 def _arrow_table(table: str, records: object) -> pa.Table:
     """A pyarrow table over the record arrays: numeric columns are not copied; NaN → NULL."""
     arrays = []
-    for name, sql_type in RECORD_TABLES[table].items():
+    for name, sql_type in _COLUMNS[table].items():
         values = getattr(records, name)
         if sql_type == "VARCHAR":
             arrays.append(pa.array(np.asarray(values, dtype=object), type=pa.string()))
@@ -477,7 +503,7 @@ def _arrow_table(table: str, records: object) -> pa.Table:
     lengths = {len(a) for a in arrays}
     if len(lengths) > 1:
         raise WorkbenchError(f"{table} columns have different lengths {sorted(lengths)}")
-    return pa.Table.from_arrays(arrays, names=list(RECORD_TABLES[table]))
+    return pa.Table.from_arrays(arrays, names=list(_COLUMNS[table]))
 
 
 def _run_dict(row: tuple[Any, ...]) -> dict[str, Any]:

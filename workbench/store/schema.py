@@ -14,7 +14,9 @@ compares it with this schema).
 
 Since schema 5 calibration profiles (`workbench calibrate`) live in `profiles` (one row per
 profile: model, device, dtype, threads, versions, date) and `profile_points` (one row per
-measured engine step); `workbench.store.profiles` reads and writes them.
+measured engine step); `workbench.store.profiles` reads and writes them. Schema 6 adds
+APAR's branch trees and summary columns, schema 7 the summary columns of pipeline-parallel
+(PipeInfer) runs.
 
 Migrations: `MIGRATIONS[v]` lists the steps from version v to v + 1, SQL statements or
 `PythonStep`s (work SQL cannot do, run by `workbench.store.db` in the same transaction). A
@@ -27,12 +29,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workbench.apar_metrics import APAR_SUMMARY_COLUMNS
 from workbench.batch_metrics import BATCH_METRICS
 from workbench.decoder_metrics import MAX_POSITIONS
 from workbench.metrics import LATENCY_METRICS, STATISTICS
+from workbench.pipeline_metrics import PIPELINE_SUMMARY_COLUMNS
 from workbench.saturation import SATURATION_KEYS
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 7
 # The oldest schema a read-only store reads as it is: since then only columns were added,
 # which `load_records` fills for old databases (NULL, or LEGACY_COLUMNS' derivation). A
 # writable open migrates.
@@ -134,14 +138,34 @@ POINT_COLUMNS: dict[str, str] = {
     "forward_s": "DOUBLE NOT NULL",  # the engine's recorded step duration (its forwards)
     "step_s": "DOUBLE NOT NULL",  # end of the previous step to end of this one
 }
+# IF NOT EXISTS: tests fake older databases by stripping a new one, whose profile tables
+# the migration then meets again; they hold nothing a migration would have to change.
 PROFILE_TABLES_DDL = [
-    "CREATE TABLE profiles ("
-    + ", ".join(f"{name} {sql}" for name, sql in PROFILE_COLUMNS.items())
-    + ")",
-    "CREATE TABLE profile_points ("
-    + ", ".join(f"{name} {sql}" for name, sql in POINT_COLUMNS.items())
-    + ")",
+    f"CREATE TABLE IF NOT EXISTS {table} ("
+    + ", ".join(f"{name} {sql}" for name, sql in columns.items())
+    + ")"
+    for table, columns in (("profiles", PROFILE_COLUMNS), ("profile_points", POINT_COLUMNS))
 ]
+
+
+# APAR runs' branch trees (schema 6): one row per branch of every request
+# (`workbench.apar_records.BranchRecords`).
+BRANCH_COLUMNS: dict[str, str] = {
+    "request_id": "BIGINT",
+    "branch": "INTEGER",  # 0 is the root
+    "parent": "INTEGER",  # the branch it forked from, -1 for the root
+    "fork_at": "BIGINT",  # the parent's own tokens when it forked, its fork token included
+    "tokens": "BIGINT",  # own tokens emitted (fork tokens and EOS included)
+    "answer_tokens": "BIGINT",  # own tokens in the reassembled answer
+    "first_step": "BIGINT",  # step of its first own emission
+    "last_step": "BIGINT",  # and of its last
+    "replica": "INTEGER",
+}
+BRANCH_TABLE_DDL = (
+    "CREATE TABLE IF NOT EXISTS branches (run_id VARCHAR NOT NULL, "
+    + ", ".join(f"{name} {sql}" for name, sql in BRANCH_COLUMNS.items())
+    + ")"
+)
 
 
 # The run's free-text label (`workbench run --label`), NULL without one (schema 4).
@@ -186,7 +210,16 @@ _SLO_KEYS = tuple(f"slo_{name}_attainment" for name in ("ttft", "tpot", "e2e"))
 _POSITION_KEYS = tuple(f"acceptance_at_position_{i}" for i in range(1, MAX_POSITIONS + 1))
 # Keys only some runs have: one per SLO the scenario sets, the sequence-scheduling metrics
 # of static-batch runs, the decoder metrics of runs that drafted tokens.
-OPTIONAL_SUMMARY_KEYS = frozenset((*_SLO_KEYS, *BATCH_METRICS, *_DECODER_KEYS, *_POSITION_KEYS))
+OPTIONAL_SUMMARY_KEYS = frozenset(
+    (
+        *_SLO_KEYS,
+        *BATCH_METRICS,
+        *_DECODER_KEYS,
+        *_POSITION_KEYS,
+        *APAR_SUMMARY_COLUMNS,
+        *PIPELINE_SUMMARY_COLUMNS,
+    )
+)
 
 
 def _summary_columns() -> dict[str, str]:
@@ -213,7 +246,9 @@ def _summary_columns() -> dict[str, str]:
     columns |= dict.fromkeys((*_DECODER_KEYS, *_POSITION_KEYS), "DOUBLE")
     saturation_types = {"offered_request_rate": "DOUBLE", "saturated": "BOOLEAN"}
     saturation_types["saturation"] = "VARCHAR"
-    return columns | {key: saturation_types[key] for key in SATURATION_KEYS}
+    columns |= {key: saturation_types[key] for key in SATURATION_KEYS}
+    # Added by migrations, in their order: a migrated table appends them last.
+    return columns | APAR_SUMMARY_COLUMNS | PIPELINE_SUMMARY_COLUMNS  # (v6, v7)
 
 
 # Summary key → SQL type: the columns of `run_summaries` after `run_id` (schema 4).
@@ -314,6 +349,7 @@ def create_statements() -> list[str]:
         REQUEST_METRICS_VIEW,
         RUN_SUMMARY_VIEW,
         *PROFILE_TABLES_DDL,
+        BRANCH_TABLE_DDL,
     ]
 
 
@@ -363,4 +399,15 @@ MIGRATIONS: dict[int, list[str | PythonStep]] = {
         RUN_SUMMARY_VIEW,
     ],
     4: [*PROFILE_TABLES_DDL],  # calibration profiles: two new tables
+    5: [  # APAR: branch trees, and their summary metrics
+        BRANCH_TABLE_DDL,
+        *(
+            f"ALTER TABLE run_summaries ADD COLUMN IF NOT EXISTS {name} {sql}"
+            for name, sql in APAR_SUMMARY_COLUMNS.items()
+        ),
+    ],
+    6: [  # pipeline-parallel runs (PipeInfer): runs, wasted stage time, runs in flight
+        f"ALTER TABLE run_summaries ADD COLUMN IF NOT EXISTS {name} {sql}"
+        for name, sql in PIPELINE_SUMMARY_COLUMNS.items()
+    ],
 }

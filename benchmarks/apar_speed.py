@@ -1,0 +1,296 @@
+"""APAR on the zoo's APAR model (CPU), one request at a time: steps and wall-clock.
+
+Opt-in. For each held-out structured prompt of `data/prompts/apar_stdlib.jsonl`, the
+methods take turns (interleaved per prompt, best of --repeat each, so a busy machine
+slows them alike), each through the real engine with the same model loaded once:
+
+- apar: APAR decoding (forks on), its branches batched;
+- vanilla: the same model with the fork token banned (`max_branches: 1`): what it writes
+  without forking;
+- sequential: the same model decoding APAR's reassembled answer one token per step (the
+  answer fed as forced tokens: the cost of writing that text sequentially).
+
+Reports per method: generation steps, wall-clock seconds, answer tokens; and the ratios
+sequential/apar and vanilla/apar. Unstructured prompts are checked for forks too.
+
+With --load RATE..., the same prompts arrive as a Poisson stream at each rate under
+continuous batching, the three methods taking turns at each rate (the sequential one
+decoding each request's APAR answer): requests per second, p50/p99 E2E, steps.
+
+    python benchmarks/apar_speed.py [--zoo apar-small] [--prompts 24] [--max-new 160]
+        [--repeat 3] [--threads 1] [--load 2 4 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from real_backend.decoders.apar import AparDecoder, fork_tokens
+from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest
+from real_backend.engine import RealEngine, ServeOptions
+from real_backend.model.loading import load_checkpoint
+from real_backend.model.transformer import SeqStep, Transformer
+from real_backend.serve import eos_token_ids
+from real_backend.zoo.build import resolve_zoo_model
+from workbench.scenario.decoders import AparDecoderConfig
+from workbench.scheduling.continuous import ContinuousBatching
+from workbench.workload.requests import Workload
+
+PROMPTS = Path(__file__).resolve().parent.parent / "data" / "prompts" / "apar_stdlib.jsonl"
+BLOCK = 16
+
+
+class ForcedDecoder(Decoder):
+    """Decodes given answers: each step's forward as vanilla's, the next answer token out."""
+
+    def __init__(
+        self, model: Transformer, cache, answers: dict[int, list[int]], prompt_lens: dict[int, int]
+    ) -> None:
+        self.model, self.cache = model, cache
+        self.answers, self.prompt_lens = answers, prompt_lens
+
+    def decode(self, batch: list[DecodeRequest]) -> DecodeOutcome:
+        steps = [SeqStep(r.request_id, [r.tokens[-1]]) for r in batch]
+        self.model.step(self.cache, steps, last_only=True)
+        emitted = [
+            [self.answers[r.request_id][len(r.tokens) - self.prompt_lens[r.request_id]]]
+            for r in batch
+        ]
+        return DecodeOutcome(emitted, verified=len(batch))
+
+
+@dataclass
+class Run:
+    steps: int
+    seconds: float
+    answer: list[int]
+    branches: int
+
+
+def serve_one(model, prompt: list[int], decoder_for, max_new: int, eos: frozenset[int]) -> Run:
+    cache = model.new_cache(4 * (len(prompt) + max_new) // BLOCK + 64, BLOCK)
+    decoder = decoder_for(cache)
+    policy = ContinuousBatching(
+        num_blocks=cache.allocator.num_blocks,
+        block_size=BLOCK,
+        max_batch_size=64,
+        max_batched_tokens=4096,
+        branching=isinstance(decoder, AparDecoder),
+    )
+    sampling = (
+        decoder.config if isinstance(decoder, AparDecoder) else AparDecoderConfig(kind="apar")
+    )
+    forced = isinstance(decoder, ForcedDecoder)
+    options = ServeOptions(sampling=sampling, seed=0, eos_token_ids=eos, ignore_eos=forced)
+    w = Workload(
+        arrival_s=np.zeros(1),
+        prompt_tokens=np.array([len(prompt)]),
+        output_tokens=np.array([max_new]),
+    )
+    engine = RealEngine(model, cache, policy, options, decoder)
+    start = time.perf_counter()
+    records, answers = engine.serve(w, [prompt])
+    seconds = time.perf_counter() - start
+    e = records.emissions
+    steps = int((e.last_step - e.first_step + 1).sum())
+    branches = 1 if records.branches is None else len(records.branches)
+    answer = answers[0] if not forced else decoder.answers[0]
+    return Run(steps, seconds, list(answer), branches)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--zoo", default="apar-small")
+    parser.add_argument("--prompts", type=int, default=24)
+    parser.add_argument("--max-new", type=int, default=160)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--load", type=float, nargs="*", default=[], help="request rates")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    folder = resolve_zoo_model(args.zoo, "target")
+    model = load_checkpoint(folder, torch.float32, "cpu")
+    model.fuse()
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    rows = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
+    eos = eos_token_ids(folder)
+    apar_cfg = AparDecoderConfig(kind="apar")
+    tokens = fork_tokens(folder, apar_cfg)
+    skip = {tokens.fork} | set(eos)
+    results: dict[str, list[Run]] = {"apar": [], "vanilla": [], "sequential": []}
+    unstructured_forks = []
+    with torch.inference_mode():
+        for row in rows:
+            prompt = tok.encode(row["turns"][0]).ids
+            if row["category"] == "unstructured":
+                if len(unstructured_forks) < args.prompts:
+                    run = serve_one(
+                        model,
+                        prompt,
+                        lambda c: AparDecoder(model, c, apar_cfg, tokens),
+                        args.max_new,
+                        eos,
+                    )
+                    unstructured_forks.append(run.branches > 1)
+                continue
+            if len(results["apar"]) >= args.prompts:
+                continue
+            best: dict[str, Run] = {}
+            for _ in range(args.repeat):
+                runs = {
+                    "apar": serve_one(
+                        model,
+                        prompt,
+                        lambda c: AparDecoder(model, c, apar_cfg, tokens),
+                        args.max_new,
+                        eos,
+                    ),
+                    "vanilla": serve_one(
+                        model,
+                        prompt,
+                        lambda c: AparDecoder(
+                            model, c, AparDecoderConfig(kind="apar", max_branches=1), tokens
+                        ),
+                        args.max_new,
+                        eos,
+                    ),
+                }
+                answer = [t for t in runs["apar"].answer if t not in skip]
+
+                def forced(cache, answer=answer, prompt=prompt):
+                    return ForcedDecoder(model, cache, {0: [*answer, min(eos)]}, {0: len(prompt)})
+
+                runs["sequential"] = serve_one(model, prompt, forced, len(answer) + 1, eos)
+                for name, run in runs.items():
+                    if name not in best or run.seconds < best[name].seconds:
+                        best[name] = run
+            for name, run in best.items():
+                results[name].append(run)
+    report(results, unstructured_forks, args)
+    if args.load:
+        structured = [tok.encode(r["turns"][0]).ids for r in rows if r["category"] == "structured"]
+        under_load(model, structured, tokens, eos, args)
+
+
+def under_load(model, prompts: list[list[int]], tokens, eos: frozenset[int], args) -> None:
+    """The methods in turn at each rate, the same Poisson arrivals for all three."""
+    from workbench.metrics import summarize
+
+    skip = {tokens.fork} | set(eos)
+    print(f"\nunder load: {len(prompts)} structured prompts, Poisson, continuous batching")
+    print("| rate/s | method | requests/s | p50 E2E s | p99 E2E s | steps | answer tokens |")
+    print("|---|---|---|---|---|---|---|")
+    rng = np.random.default_rng(0)
+    for rate in args.load:
+        arrivals = np.cumsum(rng.exponential(1 / rate, len(prompts)))
+        arrivals -= arrivals[0]
+        best: dict[str, tuple[dict, int, int]] = {}
+        for _ in range(args.repeat):
+            apar = serve_many(
+                model,
+                prompts,
+                arrivals,
+                args.max_new,
+                eos,
+                lambda c: AparDecoder(model, c, AparDecoderConfig(kind="apar"), tokens),
+            )
+            answers = {i: [t for t in a if t not in skip] + [min(eos)] for i, a in apar[1].items()}
+            runs = {
+                "apar": apar,
+                "vanilla": serve_many(
+                    model,
+                    prompts,
+                    arrivals,
+                    args.max_new,
+                    eos,
+                    lambda c: AparDecoder(
+                        model, c, AparDecoderConfig(kind="apar", max_branches=1), tokens
+                    ),
+                ),
+                "sequential": serve_many(
+                    model,
+                    prompts,
+                    arrivals,
+                    args.max_new,
+                    eos,
+                    lambda c, answers=answers: ForcedDecoder(
+                        model, c, answers, {i: len(p) for i, p in enumerate(prompts)}
+                    ),
+                    answers,
+                ),
+            }
+            for name, (records, out) in runs.items():
+                s = summarize(records)
+                answer = sum(len([t for t in a if t not in skip]) for a in out.values())
+                if (
+                    name not in best
+                    or s["request_throughput"] > best[name][0]["request_throughput"]
+                ):
+                    best[name] = (s, int(records.steps.step.max()) + 1, answer)
+        for name, (s, steps, answer) in best.items():
+            rps, p50, p99 = s["request_throughput"], s["median_e2el_ms"], s["p99_e2el_ms"]
+            print(
+                f"| {rate} | {name} | {rps:.2f} | {p50 / 1000:.2f} | "
+                f"{p99 / 1000:.2f} | {steps} | {answer} |"
+            )
+
+
+def serve_many(model, prompts, arrivals, max_new, eos, decoder_for, forced=None):
+    """All prompts arriving at `arrivals` under continuous batching; (records, answers)."""
+    total = sum(len(p) for p in prompts) + len(prompts) * max_new
+    cache = model.new_cache(4 * total // BLOCK + 64, BLOCK)
+    decoder = decoder_for(cache)
+    policy = ContinuousBatching(
+        num_blocks=cache.allocator.num_blocks,
+        block_size=BLOCK,
+        max_batch_size=256,
+        max_batched_tokens=4096,
+        branching=isinstance(decoder, AparDecoder),
+    )
+    outputs = np.array([len(forced[i]) if forced else max_new for i in range(len(prompts))])
+    w = Workload(
+        arrival_s=arrivals, prompt_tokens=np.array([len(p) for p in prompts]), output_tokens=outputs
+    )
+    options = ServeOptions(
+        sampling=AparDecoderConfig(kind="apar"),
+        seed=0,
+        eos_token_ids=eos,
+        ignore_eos=forced is not None,
+    )
+    records, answers = RealEngine(model, cache, policy, options, decoder).serve(w, prompts)
+    return records, (forced if forced else answers)
+
+
+def report(results: dict[str, list[Run]], unstructured: list[bool], args) -> None:
+    apar = results["apar"]
+    print(
+        f"zoo {args.zoo}, {len(apar)} held-out structured prompts, one request at a time, "
+        f"best of {args.repeat}, {args.threads} threads"
+    )
+    print(
+        f"fork rate: structured {np.mean([r.branches > 1 for r in apar]):.2f}, "
+        f"unstructured {np.mean(unstructured) if unstructured else float('nan'):.2f} "
+        f"({len(unstructured)} prompts)"
+    )
+    print("| method | steps | seconds | answer tokens | steps vs apar | seconds vs apar |")
+    print("|---|---|---|---|---|---|")
+    a_steps = sum(r.steps for r in apar)
+    a_secs = sum(r.seconds for r in apar)
+    for name, runs in results.items():
+        steps, secs = sum(r.steps for r in runs), sum(r.seconds for r in runs)
+        answer = sum(len(r.answer) for r in runs)
+        ratios = f"{steps / a_steps:.2f}x | {secs / a_secs:.2f}x"
+        print(f"| {name} | {steps} | {secs:.2f} | {answer} | {ratios} |")
+
+
+if __name__ == "__main__":
+    main()

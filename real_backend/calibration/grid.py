@@ -1,0 +1,148 @@
+"""The designed grid: short serving runs ("probes") whose steps cover what a cost model prices.
+
+Each probe is a small workload served by the real engine. Together they cover:
+- decode steps by batch size and total context (a batch of equal requests, all arriving at
+  once: one prefill, then decode steps whose context grows by the batch size each step);
+- prefill steps by tokens (one request at a time), and chunks after cached context
+  (chunked prefill of one long prompt);
+- mixed steps (a closed loop of clients: new prompts join running decodes), with and
+  without chunked prefill;
+- verification widths (each decode computes `width` more tokens, as a speculative or
+  lookahead step does).
+
+Lengths are clipped to the model's context; a probe a model cannot hold is left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from workbench.errors import WorkbenchError
+from workbench.scenario.system import ContinuousBatchingConfig
+from workbench.seeding import component_rng
+from workbench.workload.requests import Workload
+
+BLOCK_SIZE = 16
+MAX_BATCHED_TOKENS = 4096  # a step's token budget (prompts beyond it wait: mixed steps)
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    requests: int
+    prompt_tokens: tuple[int, int]  # uniform on [low, high]
+    output_tokens: tuple[int, int]
+    max_batch_size: int
+    concurrency: int | None = None  # closed loop of this many clients; None: all at t = 0
+    chunk_size: int | None = None  # chunked prefill with this budget; None: whole prompts
+    width: int = 0  # verification: tokens each decode computes beyond its one
+
+    def workload(self, seed: int) -> Workload:
+        rng = component_rng(seed, f"calibration.{self.name}")
+        prompts = rng.integers(self.prompt_tokens[0], self.prompt_tokens[1] + 1, self.requests)
+        outputs = rng.integers(self.output_tokens[0], self.output_tokens[1] + 1, self.requests)
+        closed = self.concurrency is not None
+        arrivals = np.full(self.requests, np.nan) if closed else np.zeros(self.requests)
+        return Workload(
+            arrivals,
+            prompts.astype(np.int64),
+            outputs.astype(np.int64),
+            closed_loop_concurrency=self.concurrency,
+        )
+
+    def scheduler(self) -> ContinuousBatchingConfig:
+        budget = self.chunk_size or max(MAX_BATCHED_TOKENS, self.prompt_tokens[1])
+        return ContinuousBatchingConfig(
+            kind="continuous",
+            max_batch_size=self.max_batch_size,
+            max_batched_tokens=budget,
+            chunked_prefill=self.chunk_size is not None,
+            chunk_size=self.chunk_size or 512,
+        )
+
+    def kv_blocks(self) -> int:
+        """Room for every running sequence at its longest, with the width's slots."""
+        longest = self.prompt_tokens[1] + self.output_tokens[1] + self.width
+        running = min(self.max_batch_size, self.concurrency or self.requests)
+        return int(running * (-(-longest // BLOCK_SIZE) + 1) * 1.05) + 2
+
+    def fits(self, context_tokens: int) -> bool:
+        return self.prompt_tokens[1] + self.output_tokens[1] + self.width <= context_tokens
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """One serving of a probe: the grid serves each probe once per pass."""
+
+    name: str  # the probe's name and its pass, e.g. decode-b8-p32@2
+    probe: Probe
+    seed: int
+
+
+@dataclass(frozen=True)
+class Grid:
+    name: str
+    description: str
+    probes: tuple[Probe, ...]
+    warmup: Probe  # served first and thrown away: allocations, prepacked weights, caches
+    # Each probe is served once per pass, every other pass in reverse order, so that a slow
+    # spell of a shared machine lands on different probes each time and averages out.
+    passes: int = 1
+
+    def runs(self) -> list[ProbeRun]:
+        runs = []
+        for index in range(self.passes):
+            order = self.probes if index % 2 == 0 else self.probes[::-1]
+            runs += [ProbeRun(f"{probe.name}@{index + 1}", probe, index) for probe in order]
+        return runs
+
+
+def _standard() -> Grid:
+    probes: list[Probe] = []
+    for batch in (1, 2, 4, 8, 16, 32, 64):
+        for prompt in (32, 384):
+            probes.append(
+                Probe(f"decode-b{batch}-p{prompt}", batch, (prompt,) * 2, (48, 48), batch)
+            )
+    for prompt in (16, 32, 64, 128, 256, 512, 1024, 2048):
+        probes.append(Probe(f"prefill-p{prompt}", 4, (prompt,) * 2, (2, 2), 1))
+    for chunk in (64, 256, 1024):
+        probes.append(Probe(f"chunked-c{chunk}", 2, (4 * chunk,) * 2, (2, 2), 1, chunk_size=chunk))
+    for clients in (4, 16, 32):
+        probes.append(Probe(f"mixed-b{clients}", 4 * clients, (16, 320), (8, 96), clients, clients))
+    probes.append(Probe("mixed-b16-c128", 64, (16, 320), (8, 96), 16, 16, chunk_size=128))
+    for width in (1, 2, 4, 8):
+        for batch in (1, 8, 32):
+            name = f"verify-w{width}-b{batch}"
+            probes.append(Probe(name, batch, (64, 64), (24, 24), batch, width=width))
+    warmup = Probe("warmup", 8, (16, 128), (8, 32), 8, 8)
+    description = "decode, prefill, chunked, mixed and verify probes, three passes"
+    return Grid("standard", description, tuple(probes), warmup, passes=3)
+
+
+def _test() -> Grid:
+    """A handful of small probes: seconds on the zoo's `tiny` model (tests)."""
+    probes = (
+        Probe("decode-b1-p16", 1, (16, 16), (12, 12), 1),
+        Probe("decode-b4-p48", 4, (48, 48), (12, 12), 4),
+        Probe("prefill-p32", 3, (32, 32), (2, 2), 1),
+        Probe("prefill-p128", 3, (128, 128), (2, 2), 1),
+        Probe("mixed-b4", 12, (8, 64), (4, 16), 4, 4),
+        Probe("verify-w2-b4", 4, (32, 32), (8, 8), 4, width=2),
+    )
+    warmup = Probe("warmup", 2, (8, 16), (4, 4), 2)
+    return Grid("test", "six small probes, for tests", probes, warmup)
+
+
+GRIDS = {grid.name: grid for grid in (_standard(), _test())}
+
+
+def get_grid(name: str, context_tokens: int) -> Grid:
+    """The named grid without the probes the model's context cannot hold."""
+    if name not in GRIDS:
+        raise WorkbenchError(f"unknown calibration grid {name!r} (known: {', '.join(GRIDS)})")
+    grid = GRIDS[name]
+    kept = tuple(probe for probe in grid.probes if probe.fits(context_tokens))
+    return Grid(grid.name, grid.description, kept, grid.warmup, grid.passes)

@@ -1,0 +1,211 @@
+"""`workbench calibrate`: serve the grid's probes on the real engine and store each step.
+
+Resumable: each probe's points are written in one transaction as it ends; a calibration
+started again with the same name and conditions (model, device, dtype, threads, grid)
+skips the probes already stored, and marks the profile complete with its last probe.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from real_backend.calibration.grid import BLOCK_SIZE, Grid, Probe, get_grid
+from real_backend.calibration.probe_engine import ProfilingEngine, probe_points
+from real_backend.calibration.verify_probe import VerifyWidthProbe
+from real_backend.engine import ServeOptions
+from real_backend.model.config import ModelArgs
+from real_backend.model.loading import load_checkpoint
+from real_backend.model.transformer import Transformer
+from real_backend.prompts import synthetic_prompts
+from real_backend.serve import DTYPES, eos_token_ids
+from real_backend.zoo.build import resolve_zoo_model
+from real_backend.zoo.specs import SPECS
+from workbench.errors import WorkbenchError
+from workbench.scenario.decoders import VanillaDecoderConfig
+from workbench.scheduling.factory import build_policy
+from workbench.store.db import ResultsStore
+from workbench.store.profiles import Profile, ProfilePoint
+
+SEED = 0
+GREEDY = VanillaDecoderConfig(kind="vanilla")
+
+
+@dataclass(frozen=True)
+class CalibrationTarget:
+    """What to measure: a checkpoint on a device in a dtype."""
+
+    model: str  # as the user named it
+    folder: Path
+    device: str  # cpu | cuda
+    dtype: str
+
+
+@dataclass
+class CalibrationOutcome:
+    profile: Profile
+    measured: list[str]  # probes measured now
+    skipped: list[str]  # probes already stored (a resumed calibration)
+    already_complete: bool = False
+
+
+def resolve_target(model: str, device: str, dtype: str, zoo_dir: str | None) -> CalibrationTarget:
+    """The checkpoint of `model` (a zoo name or a checkpoint folder), checked for the device."""
+    if model in SPECS:
+        folder = resolve_zoo_model(model, "target", Path(zoo_dir).expanduser() if zoo_dir else None)
+    else:
+        folder = Path(model).expanduser()
+        if folder.is_file() and folder.name == "config.json":
+            folder = folder.parent
+        if not (folder / "config.json").is_file():
+            raise WorkbenchError(
+                f"unknown model {model!r}: neither a zoo model ({', '.join(SPECS)}) nor a "
+                "checkpoint folder with a config.json",
+                field="--model",
+            )
+    if dtype not in DTYPES:
+        raise WorkbenchError(
+            f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}", field="--dtype"
+        )
+    if device == "cuda" and not torch.cuda.is_available():
+        raise WorkbenchError("--device cuda but this machine has no CUDA device", field="--device")
+    if device not in ("cpu", "cuda"):
+        raise WorkbenchError(f"device must be cpu or cuda, not {device!r}", field="--device")
+    return CalibrationTarget(model, folder.resolve(), device, dtype)
+
+
+def calibrate(
+    target: CalibrationTarget,
+    store: ResultsStore,
+    *,
+    name: str | None = None,
+    grid_name: str = "standard",
+    again: bool = False,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> CalibrationOutcome:
+    """Measure the grid's probes not yet stored for this profile; returns what was done.
+
+    progress(done, total, probe): called before each probe (and once at the end)."""
+    args = ModelArgs.from_folder(target.folder)
+    grid = get_grid(grid_name, args.context_tokens)
+    profile_name = name or default_name(target)
+    profile = _resume_or_new(store, target, grid, profile_name, args, again)
+    done = store.profile_probes_done(profile.profile_id)
+    if profile.complete:
+        return CalibrationOutcome(profile, [], sorted(done), already_complete=True)
+    runs = grid.runs()
+    todo = [run for run in runs if run.name not in done]
+    model = load_checkpoint(target.folder, DTYPES[target.dtype], target.device)
+    avoid = set(eos_token_ids(target.folder))
+    _serve_probe(model, grid.warmup, SEED, "warmup", avoid)  # thrown away
+    for index, run in enumerate(todo):
+        if progress is not None:
+            progress(len(done) + index, len(runs), run.name)
+        points = _serve_probe(model, run.probe, run.seed, run.name, avoid)
+        store.write_probe(profile.profile_id, points, last=index == len(todo) - 1)
+    if progress is not None:
+        progress(len(runs), len(runs), "")
+    profile = store.find_profile(profile.profile_id)
+    return CalibrationOutcome(profile, [run.name for run in todo], sorted(done))
+
+
+def default_name(target: CalibrationTarget) -> str:
+    label = target.model if target.model in SPECS else target.folder.name
+    return f"{label}-{target.device}-{target.dtype}"
+
+
+def _resume_or_new(
+    store: ResultsStore,
+    target: CalibrationTarget,
+    grid: Grid,
+    name: str,
+    args: ModelArgs,
+    again: bool,
+) -> Profile:
+    """The latest profile of this name measured under the same conditions (to resume or to
+    report complete), else a new one (also with `again`)."""
+    conditions = _new_profile(target, grid, name, args)
+    same = [
+        p for p in store.profiles() if p.name == name and _conditions(p) == _conditions(conditions)
+    ]
+    if same and not (again and same[-1].complete):
+        return same[-1]
+    store.add_profile(conditions)
+    return conditions
+
+
+def _conditions(profile: Profile) -> tuple[object, ...]:
+    return (profile.checkpoint, profile.device, profile.dtype, profile.threads, profile.grid)
+
+
+def _new_profile(target: CalibrationTarget, grid: Grid, name: str, args: ModelArgs) -> Profile:
+    from workbench.runner import git_sha, package_versions  # no backend import there
+
+    return Profile(
+        name=name,
+        model=target.model,
+        checkpoint=str(target.folder),
+        model_shape=model_shape(args),
+        device=target.device,
+        device_name=device_name(target.device),
+        dtype=target.dtype,
+        threads=torch.get_num_threads(),
+        grid=grid.name,
+        probes=len(grid.runs()),
+        versions=package_versions(),
+        git_sha=git_sha(),
+        created_at=time.time(),
+        info={"load_average_at_start": _load_average(), "platform": platform.platform()},
+    )
+
+
+def model_shape(args: ModelArgs) -> dict[str, int]:
+    """The shape in the simulator's model-spec terms (`simulator.catalogs.models.ModelSpec`)."""
+    return {
+        "num_layers": args.n_layers,
+        "hidden_size": args.dim,
+        "intermediate_size": args.intermediate_size,
+        "num_attention_heads": args.n_heads,
+        "num_kv_heads": args.n_kv_heads,
+        "head_dim": args.head_dim,
+        "vocab_size": args.vocab_size,
+    }
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ×{os.cpu_count()}"
+    return f"{platform.processor() or platform.machine()} ×{os.cpu_count()}"
+
+
+def _load_average() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def _serve_probe(
+    model: Transformer, probe: Probe, seed: int, name: str, avoid: set[int]
+) -> list[ProfilePoint]:
+    """Serve the probe's workload on a fresh cache; its steps as profile points."""
+    workload = probe.workload(seed)
+    blocks = probe.kv_blocks()
+    cache = model.new_cache(blocks, BLOCK_SIZE)
+    policy = build_policy(probe.scheduler(), blocks, probe.width)
+    decoder = VerifyWidthProbe(model, cache, GREEDY, probe.width) if probe.width else None
+    engine = ProfilingEngine(model, cache, policy, ServeOptions(GREEDY, seed), decoder)
+    prompts = synthetic_prompts(workload.prompt_tokens, model.args.vocab_size, seed, avoid)
+    records, _ = engine.serve(workload, prompts)
+    return probe_points(name, engine.shapes, records.steps)

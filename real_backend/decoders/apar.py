@@ -1,0 +1,206 @@
+"""APAR decoding (Liu et al., 2024): a tuned model forks its own generation into branches.
+
+The model writes the skeleton of a structured answer and emits the fork token where a
+detail belongs. The runtime then starts a child branch whose context is the prompt plus
+the parent's tokens up to and including that fork token, followed by the forced child
+token; the child writes the detail while the parent goes on after its fork token. The
+child shares the parent's cached prefix (`PagedKVCache.fork`, copy-on-write of a shared
+partly filled block); it never sees a sibling's text nor its parent's text after the fork.
+Every branch ends at EOS (or its length limit); the request ends when all have.
+
+The logit rules, every step and for every branch (as THUDM/APAR's runtime):
+- the child token is never sampled (it is only ever forced);
+- no fork right after a fork token or a child token;
+- no fork at depth ≥ `max_depth` (the root is depth 1), nor while the request already has
+  `max_branches` live branches;
+- no fork without room for the parent's next token and the child's first (a branch may
+  still emit fewer than 3 tokens).
+
+Branches are sequences of the shared policy (`ContinuousBatching.fork`); this decoder runs
+one step for every decoding branch of every request in one forward, like vanilla decoding,
+with the rules applied per row. The engine (`real_backend/engine.py`) forks and records.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest
+from real_backend.kv_cache import PagedKVCache
+from real_backend.model.transformer import SeqStep, Transformer
+from real_backend.sampling import next_token, request_generator
+from workbench.errors import WorkbenchError
+from workbench.scenario.decoders import AparDecoderConfig
+
+MIN_ROOM_TO_FORK = 3  # the fork token itself, the parent's next token, the child's first
+
+
+@dataclass(frozen=True)
+class ForkTokens:
+    fork: int
+    child: int
+
+
+def fork_tokens(folder: Path, config: AparDecoderConfig) -> ForkTokens:
+    """The ids of the fork and child tokens in the checkpoint's tokenizer.json."""
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        raise WorkbenchError(
+            f"APAR needs the model's tokenizer.json to find {config.fork_token} and "
+            f"{config.child_token}; {folder} has none",
+            field="decoder.fork_token",
+        )
+    try:
+        added = json.loads(path.read_text(encoding="utf-8")).get("added_tokens", [])
+        ids = {t["content"]: int(t["id"]) for t in added}
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        raise WorkbenchError("unreadable added_tokens", source=str(path)) from None
+    missing = [t for t in (config.fork_token, config.child_token) if t not in ids]
+    if missing:
+        raise WorkbenchError(
+            f"the model has no {' nor '.join(missing)} token: APAR needs a model tuned with "
+            f"fork and child tokens (e.g. `workbench zoo build apar-tiny`)",
+            source=str(path),
+            field="decoder.kind",
+        )
+    return ForkTokens(ids[config.fork_token], ids[config.child_token])
+
+
+@dataclass(frozen=True)
+class ForkChunk:
+    """A fork's prefill chunk, run in the decodes' forward."""
+
+    sequence_id: int
+    chunk: list[int]  # its new tokens (the fork and child tokens, unless chunked)
+    context: list[int]  # its visible context, the child token last
+    room: int  # tokens it may still emit
+    generator: torch.Generator
+    emits: bool  # the chunk completes its prefill: it emits its first token
+
+
+@dataclass
+class _Branch:
+    owner: int  # the request
+    depth: int  # 1 for the root
+
+
+@dataclass
+class ForkRules:
+    """Which tokens a branch may not emit next."""
+
+    tokens: ForkTokens
+    max_depth: int
+    max_branches: int
+    branches: dict[int, _Branch] = field(default_factory=dict)  # sequence id → branch
+    live: dict[int, int] = field(default_factory=dict)  # request → live branches
+
+    def branch(self, sequence_id: int) -> _Branch:
+        """A sequence never seen before is a request's root."""
+        if sequence_id not in self.branches:
+            self.branches[sequence_id] = _Branch(sequence_id, 1)
+            self.live[sequence_id] = 1
+        return self.branches[sequence_id]
+
+    def banned(self, sequence_id: int, last_token: int, room: int) -> list[int]:
+        branch = self.branch(sequence_id)
+        fork, child = self.tokens.fork, self.tokens.child
+        no_fork = (
+            last_token in (fork, child)
+            or branch.depth >= self.max_depth
+            or self.live[branch.owner] >= self.max_branches
+            or room < MIN_ROOM_TO_FORK
+        )
+        return [child, fork] if no_fork else [child]
+
+    def forked(self, parent_id: int, child_id: int) -> None:
+        parent = self.branch(parent_id)
+        self.branches[child_id] = _Branch(parent.owner, parent.depth + 1)
+        self.live[parent.owner] += 1
+
+    def ended(self, sequence_id: int) -> None:
+        self.live[self.branches[sequence_id].owner] -= 1
+
+    def forget(self, request_id: int) -> None:
+        """The request ended: drop its branches."""
+        del self.live[request_id]
+        for sid in [s for s, b in self.branches.items() if b.owner == request_id]:
+            del self.branches[sid]
+
+
+def masked(logits: torch.Tensor, banned: list[int]) -> torch.Tensor:
+    """`logits` (V,) with the banned tokens impossible."""
+    out = logits.clone()
+    out[banned] = float("-inf")
+    return out
+
+
+class AparDecoder(Decoder):
+    def __init__(
+        self,
+        model: Transformer,
+        cache: PagedKVCache,
+        config: AparDecoderConfig,
+        tokens: ForkTokens,
+    ) -> None:
+        self.model = model
+        self.cache = cache
+        self.config = config
+        self.rules = ForkRules(tokens, config.max_depth, config.max_branches)
+
+    @property
+    def fork_token(self) -> int:
+        return self.rules.tokens.fork
+
+    @property
+    def child_token(self) -> int:
+        return self.rules.tokens.child
+
+    def decode(self, batch: list[DecodeRequest]) -> DecodeOutcome:
+        return self.decode_with_forks(batch, [])[0]
+
+    def decode_with_forks(
+        self, batch: list[DecodeRequest], forks: list[ForkChunk]
+    ) -> tuple[DecodeOutcome, dict[int, int]]:
+        """One forward for the decoding branches and for new forks' chunks (their fork and
+        child tokens over the shared prefix); returns the decodes' outcome and each fork's
+        first token (when its chunk completes it)."""
+        steps = [SeqStep(r.request_id, [r.tokens[-1]]) for r in batch]
+        steps += [SeqStep(f.sequence_id, f.chunk) for f in forks]
+        logits = self.model.step(self.cache, steps, last_only=True) if steps else []  # (1, V) each
+        emitted = [
+            [self.choose(r.request_id, r.tokens, row[-1], r.max_new, r.generator)]
+            for r, row in zip(batch, logits[: len(batch)], strict=True)
+        ]
+        firsts = {
+            f.sequence_id: self.choose(f.sequence_id, f.context, row[-1], f.room, f.generator)
+            for f, row in zip(forks, logits[len(batch) :], strict=True)
+            if f.emits
+        }
+        outcome = DecodeOutcome(emitted, verified=len(batch), accepted_per_request=[0] * len(batch))
+        return outcome, firsts
+
+    def choose(
+        self,
+        sequence_id: int,
+        tokens: list[int],
+        logits: torch.Tensor,  # (V,)
+        room: int,
+        generator: torch.Generator,
+    ) -> int:
+        """The branch's next token under the rules (also for a prefill's emission)."""
+        banned = self.rules.banned(sequence_id, tokens[-1], room)
+        return next_token(masked(logits, banned), self.config, generator)
+
+
+def branch_generator(seed: int, request_id: int, branch: int) -> torch.Generator:
+    """Each branch samples from its own stream, fixed by its request and its index in the
+    request's tree (never by scheduling); the root's is the request's own."""
+    if branch == 0:
+        return request_generator(seed, request_id)
+    generator = torch.Generator()
+    generator.manual_seed(((seed * 1_000_003 + request_id) * 7_919 + branch) % (2**63))
+    return generator

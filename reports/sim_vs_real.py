@@ -1,0 +1,163 @@
+"""A real run beside its simulated twin: the error of every latency statistic, throughput,
+steps and per-step wall time, and their CDFs overlaid.
+
+Error = sim / real − 1. Latencies are those of `workbench.metrics` (the median and the
+90th and 99th percentiles of completed requests); step wall times are `reports.step_walls`
+(end of one step to the end of the next, back-to-back steps only), by step kind.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from reports.collect import RunData, collect_run
+from reports.content import Table
+from reports.tables import MISSING, format_number, run_name
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from workbench.store import ResultsStore
+
+LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E"))
+STATISTICS = ("median", "p90", "p99")
+CDF_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"), ("step", "Step wall time"))
+
+
+def error(sim: float | None, real: float | None) -> float | None:
+    if sim is None or real is None or real == 0 or not np.isfinite(real):
+        return None
+    return float(sim) / float(real) - 1.0
+
+
+def format_error(value: float | None) -> str:
+    return MISSING if value is None else f"{100.0 * value:+.1f}%"
+
+
+def error_rows(real: RunData, sim: RunData) -> list[tuple[str, float | None, float | None, int]]:
+    """(metric, real value, sim value, decimals) for every compared figure."""
+    r, s = real.summary, sim.summary
+    rows: list[tuple[str, float | None, float | None, int]] = []
+    for key, name in LATENCIES:
+        for stat in STATISTICS:
+            label = f"{name} {stat} (ms)"
+            rows.append((label, _number(r, f"{stat}_{key}_ms"), _number(s, f"{stat}_{key}_ms"), 2))
+    rows.append(
+        ("Requests/s", _number(r, "request_throughput"), _number(s, "request_throughput"), 3)
+    )
+    rows.append(
+        ("Output tokens/s", _number(r, "output_throughput"), _number(s, "output_throughput"), 1)
+    )
+    rows.append(("Steps", float(real.walls.steps), float(sim.walls.steps), 0))
+    for label, pick in (
+        ("all", None),
+        ("decode only", False),
+        ("with prefill", True),
+    ):
+        real_ms, sim_ms = _walls_ms(real, pick), _walls_ms(sim, pick)
+        for stat, reduce in (("median", np.median), ("mean", np.mean)):
+            values = [float(reduce(x)) if len(x) else None for x in (real_ms, sim_ms)]
+            rows.append((f"Step wall {stat}, {label} (ms)", values[0], values[1], 3))
+    return rows
+
+
+def _number(summary: dict, key: str) -> float | None:
+    value = summary.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _walls_ms(run: RunData, with_prefill: bool | None) -> np.ndarray:
+    walls = run.walls
+    chosen = (
+        walls.seconds if with_prefill is None else walls.seconds[walls.with_prefill == with_prefill]
+    )
+    return chosen * 1000.0
+
+
+def error_table(real: RunData, sim: RunData) -> Table:
+    rows = []
+    for label, real_value, sim_value, decimals in error_rows(real, sim):
+        rows.append(
+            [
+                label,
+                format_number(real_value, decimals) if decimals else _count(real_value),
+                format_number(sim_value, decimals) if decimals else _count(sim_value),
+                format_error(error(sim_value, real_value)),
+            ]
+        )
+    cost = sim.config.get("cost_model", {})
+    profile = cost.get("profile") or cost.get("profile_csv")
+    priced = f"the {sim.cost_model} cost model" + (f" (profile {profile})" if profile else "")
+    return Table(
+        title=f"Simulator vs real: {run_name(real)}",
+        headers=["Metric", f"Real ({real.run_id})", f"Sim ({sim.run_id})", "Error"],
+        rows=rows,
+        note=f"Sim priced by {priced}. Error = sim / real − 1. Step wall time: from the end "
+        "of the previous step to the end of this one, for steps that followed it back to "
+        "back (scheduling and bookkeeping included); the real engine's recorded step "
+        "duration holds its forwards only.",
+    )
+
+
+def _count(value: float | None) -> str:
+    return MISSING if value is None else str(int(value))
+
+
+def pair_error_text(store: ResultsStore, real_id: str, sim_id: str) -> str:
+    """The error table of a stored pair as plain text (what `workbench run --backend both`
+    prints after each pair)."""
+    real, sim = collect_run(store, real_id), collect_run(store, sim_id)
+    rows = [
+        (label, _text(rv, decimals), _text(sv, decimals), format_error(error(sv, rv)))
+        for label, rv, sv, decimals in error_rows(real, sim)
+    ]
+    headers = ("sim vs real", f"real {real_id}", f"sim {sim_id}", "error")
+    widths = [max(len(str(row[i])) for row in (headers, *rows)) for i in range(4)]
+    lines = [
+        "  ".join(
+            str(cell).ljust(width) if i == 0 else str(cell).rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in (headers, *rows)
+    ]
+    return "\n".join(lines)
+
+
+def _text(value: float | None, decimals: int) -> str:
+    return _count(value) if decimals == 0 else format_number(value, decimals)
+
+
+# ---------------------------------------------------------------- CDF overlay
+
+
+def cdf_overlay(real: RunData, sim: RunData) -> Figure:
+    """TTFT, TPOT, E2E and step wall time CDFs of the real run and its twin, overlaid."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(12, 6.5), layout="constrained")
+    for index, (metric, title) in enumerate(CDF_METRICS):
+        axes = figure.add_subplot(2, 2, index + 1)
+        for run, name, style in ((real, "real", "-"), (sim, "sim", "--")):
+            sample_ms = _sample_ms(run, metric)
+            if not len(sample_ms):
+                continue
+            share = np.linspace(0.0, 1.0, min(2000, len(sample_ms)))
+            axes.plot(
+                np.quantile(sample_ms, share), share, style, color=run.colour,
+                label=f"{name} {run.run_id} (n={len(sample_ms)})",
+            )  # fmt: skip
+        axes.set_title(title, fontsize="medium")
+        axes.set_xlabel("ms")
+        axes.set_ylabel("share")
+        axes.grid(alpha=0.3)
+        if axes.get_legend_handles_labels()[0]:
+            axes.legend(fontsize="small", loc="lower right")
+    return figure
+
+
+def _sample_ms(run: RunData, metric: str) -> np.ndarray:
+    if metric == "step":
+        return run.walls.seconds * 1000.0
+    return run.latencies_s[metric] * 1000.0

@@ -1,0 +1,240 @@
+"""`cost_model: {kind: calibrated}`: a step priced as the real engine spends it.
+
+The profile (`workbench calibrate`: the real engine's steps over a designed grid, each with
+its work and its wall time) comes from the run's results database or an exported CSV; the
+model fits `calibrated_fit` to its points when built. A profile measured on another device
+or dtype than the scenario's, or of another model shape, is refused in one line (the first
+unless the scenario sets `allow_other_device`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simulator.catalogs.models import ModelSpec, resolve_model
+from simulator.cost_models.base import SplitCostModel, StepWork
+from simulator.cost_models.calibrated_fit import (
+    StepCostFit,
+    fit_step_costs,
+    prefill_keys,
+)
+from workbench.errors import WorkbenchError
+from workbench.scenario.decoders import PIPELINE_DECODER_KINDS
+from workbench.scenario.scenario import Scenario
+from workbench.scenario.system import CalibratedCostConfig
+from workbench.store.profiles import Profile, ProfilePoint, read_csv_profile
+
+if TYPE_CHECKING:
+    from workbench.store.db import ResultsStore
+
+FIELD = "cost_model.profile"
+MULTI_TOKEN_DECODERS = ("speculative", "lookahead")
+SHAPE_KEYS = (
+    "num_layers",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_kv_heads",
+    "head_dim",
+    "vocab_size",
+)
+
+
+def step_work(point: ProfilePoint) -> StepWork:
+    """The StepWork a profile point measured."""
+    return StepWork(
+        prefill_chunk_tokens=point.prefill_chunk_tokens,
+        prefill_context_tokens=point.prefill_context_tokens,
+        decode_batch_size=point.decode_batch_size,
+        decode_context_sum=point.decode_context_sum,
+        decode_extra_tokens=point.decode_extra_tokens,
+        decode_extra_context_sum=point.decode_extra_context_sum,
+    )
+
+
+def fit_profile(points: list[ProfilePoint]) -> StepCostFit:
+    return fit_step_costs([step_work(p) for p in points], [p.step_s for p in points])
+
+
+class CalibratedCostModel(SplitCostModel):
+    def __init__(self, fit: StepCostFit, profile: Profile | None = None) -> None:
+        self.fit = fit
+        self.profile = profile
+        self._terms = fit.terms
+
+    def _decode_times_s(self, batch_size: int, context_sums: np.ndarray) -> np.ndarray:
+        base = float(self.fit.curves["decode"](float(batch_size))[0])
+        return base + self._terms["a_decode"] * context_sums
+
+    def _mixed_time_s(self, work: StepWork) -> float:
+        seconds = 0.0
+        if work.decode_batch_size:
+            curve = "verify" if work.decode_extra_tokens else "decode"
+            tokens = work.decode_batch_size + work.decode_extra_tokens
+            keys = work.decode_context_sum + work.decode_extra_context_sum
+            seconds += (
+                float(self._curve(curve)(float(tokens))[0]) + self._terms[f"a_{curve}"] * keys
+            )
+        if work.prefill_chunk_tokens:
+            seconds += float(self._curve("prefill")(float(sum(work.prefill_chunk_tokens)))[0])
+            seconds += self._terms["a_prefill"] * prefill_keys(work)
+            seconds += self._terms["c_chunk"] * (len(work.prefill_chunk_tokens) - 1)
+            if work.decode_batch_size:
+                seconds += self._terms.get("m_mixed", 0.0)
+        return seconds
+
+    def _curve(self, name: str):  # type: ignore[no-untyped-def]
+        curve = self.fit.curves.get(name)
+        if curve is None:  # build_calibrated checks what the scenario needs
+            raise WorkbenchError(f"the calibration profile measured no {name} steps", field=FIELD)
+        return curve
+
+
+# ---------------------------------------------------------------- building
+
+
+def build_calibrated(
+    scenario: Scenario, model: ModelSpec, store: ResultsStore | None
+) -> CalibratedCostModel:
+    """The scenario's calibrated cost model, its profile checked against the scenario."""
+    cfg = scenario.cost_model
+    assert isinstance(cfg, CalibratedCostConfig)
+    profile, points = load_profile(cfg, store)
+    check_profile(profile, scenario, model, cfg)
+    fit = fit_profile(points)
+    check_kinds(fit, scenario, _profile_source(cfg, store))
+    return CalibratedCostModel(fit, profile)
+
+
+def load_profile(
+    cfg: CalibratedCostConfig, store: ResultsStore | None
+) -> tuple[Profile, list[ProfilePoint]]:
+    if cfg.profile_csv is not None:
+        return read_csv_profile(cfg.profile_csv)
+    if store is None:
+        raise WorkbenchError(
+            f"the calibration profile {cfg.profile!r} is read from the results database: run "
+            "with `--db FILE` (where `workbench calibrate` wrote it), or give "
+            "cost_model.profile_csv",
+            field=FIELD,
+        )
+    profile = store.find_profile(str(cfg.profile))
+    if not profile.complete:
+        raise WorkbenchError(
+            f"{profile.describe()} is incomplete (its calibration was interrupted): run "
+            "`workbench calibrate` again to finish it",
+            source=store.path,
+            field=FIELD,
+        )
+    return profile, store.profile_points(profile.profile_id)
+
+
+def calibrated_config_for(
+    scenario: Scenario, store: ResultsStore, ref: str | None
+) -> CalibratedCostConfig:
+    """The calibrated cost model of a real scenario's simulated twin: profile `ref`, else the
+    scenario's own calibrated model, else the latest complete profile of its model shape,
+    device and dtype in `store`."""
+    if ref is not None:
+        return CalibratedCostConfig(kind="calibrated", profile=ref)
+    if isinstance(scenario.cost_model, CalibratedCostConfig):
+        return scenario.cost_model
+    shape = {key: getattr(resolve_model(scenario.model), key) for key in SHAPE_KEYS}
+    device, dtype = scenario_device(scenario), scenario.model.dtype
+    matches = [
+        p
+        for p in store.profiles()
+        if p.complete and (p.device, p.dtype) == (device, dtype) and p.model_shape == shape
+    ]
+    if not matches:
+        model = scenario.model.zoo or scenario.model.config_path or scenario.model.name
+        raise WorkbenchError(
+            f"no complete calibration profile of {scenario.model.name} on {device} {dtype} in "
+            f"{store.path}: run `workbench calibrate --model {model} --device {device} "
+            f"--dtype {dtype} --db {store.path}` first, or name a profile with --profile",
+            field="cost_model",
+        )
+    return CalibratedCostConfig(kind="calibrated", profile=matches[-1].profile_id)
+
+
+def scenario_device(scenario: Scenario) -> str:
+    """What the real backend runs the scenario on: cpu for `hardware.gpu: cpu`, else cuda."""
+    return "cpu" if scenario.hardware.gpu == "cpu" else "cuda"
+
+
+def check_profile(
+    profile: Profile, scenario: Scenario, model: ModelSpec, cfg: CalibratedCostConfig
+) -> None:
+    """Refuse a profile of another model shape, or (unless allowed) another device or dtype."""
+    where = f"{profile.describe()}"
+    shape = {key: getattr(model, key) for key in SHAPE_KEYS}
+    measured = {key: profile.model_shape.get(key) for key in SHAPE_KEYS}
+    if shape != measured:
+        differ = [
+            f"{k} {measured[k]} (scenario {shape[k]})"
+            for k in SHAPE_KEYS
+            if shape[k] != measured[k]
+        ]
+        raise WorkbenchError(f"{where} measured another model: {', '.join(differ)}", field=FIELD)
+    if cfg.allow_other_device:
+        return
+    device, dtype = scenario_device(scenario), scenario.model.dtype
+    if (profile.device, profile.dtype) != (device, dtype):
+        raise WorkbenchError(
+            f"{where} was measured on {profile.device} {profile.dtype}, the scenario runs on "
+            f"{device} {dtype}; calibrate on that device, or set "
+            "cost_model.allow_other_device: true to price it with this profile anyway",
+            field=FIELD,
+        )
+
+
+def check_kinds(fit: StepCostFit, scenario: Scenario, source: str) -> None:
+    """The profile must have measured every step kind the scenario's engine runs."""
+    needed = {"decode", "prefill"}
+    if scenario.decoder.kind in MULTI_TOKEN_DECODERS:
+        needed.add("verify")
+    if scenario.decoder.kind in PIPELINE_DECODER_KINDS:
+        raise WorkbenchError(
+            "a calibrated cost model prices one engine on one device, not pipeline stages",
+            field="cost_model.kind",
+        )
+    missing = sorted(needed - set(fit.kinds))
+    if missing:
+        raise WorkbenchError(
+            f"the calibration profile in {source} measured no {' or '.join(missing)} steps, "
+            f"which the scenario's {scenario.decoder.kind} decoding runs",
+            field=FIELD,
+        )
+
+
+def _profile_source(cfg: CalibratedCostConfig, store: ResultsStore | None) -> str:
+    if cfg.profile_csv is not None:
+        return str(cfg.profile_csv)
+    return store.path if store is not None else "?"
+
+
+# ---------------------------------------------------------------- how well it fits
+
+
+def fit_errors(
+    model: CalibratedCostModel, points: list[ProfilePoint]
+) -> dict[str, tuple[int, float, float, float]]:
+    """Per step kind: points, median and p90 of |predicted / measured − 1|, and the ratio of
+    the summed predictions to the summed measurements (what latencies add up)."""
+    by_kind: dict[str, list[tuple[float, float]]] = {}
+    for point in points:
+        predicted = model.step_time_s(step_work(point))
+        by_kind.setdefault(point.kind, []).append((predicted, point.step_s))
+    errors = {}
+    for kind, pairs in by_kind.items():
+        predicted, measured = (np.array(column) for column in zip(*pairs, strict=True))
+        relative = np.abs(predicted / measured - 1.0)
+        errors[kind] = (
+            len(pairs),
+            float(np.median(relative)),
+            float(np.quantile(relative, 0.9)),
+            float(predicted.sum() / measured.sum()),
+        )
+    return errors

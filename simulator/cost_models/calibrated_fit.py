@@ -1,0 +1,291 @@
+"""The parametric step-cost model `workbench calibrate` fits to a real engine's steps.
+
+A step is priced by what the engine runs for it (`real_backend.engine`): one decode
+forward over the decoding sequences (their verification chains for a multi-token decoder),
+and prefill forwards for the prompt chunks. Each part is a curve over its token count plus
+a cost per attention key:
+
+    decode   h_decode(B) + a_decode · S
+    verify   h_verify(B + X) + a_verify · (S + S_x)
+    prefill  h_prefill(N) + a_prefill · K + c_chunk · (chunks − 1)
+    mixed    the decode (or verify) part + the prefill part + m_mixed
+
+B decoding sequences whose KV lengths sum to S; X extra tokens computed for them (drafts,
+windows) attending to S_x keys; N prompt tokens in the chunks, attending to K keys (a chunk
+of c tokens after p cached ones: c·p + c(c+1)/2, causal); m_mixed the per-step work a mixed
+step does once and the two parts would count twice (negative then), or its extra forward.
+The curves h are piecewise linear between knots at powers of two of the token count (the
+CPU's and GPU's matrix kernels change regime with the row count; a line through them
+does not), never decreasing (more tokens never cost less; noise would otherwise bend them),
+extended beyond the last knot along their last segment.
+
+Every term is linear in the parameters, so the fit is a linear least-squares problem in
+relative error: a 1 ms step counts as much as a 100 ms one. It starts weighted by the
+measured times, then is refitted (`MIN_REFITS` times at least) weighted by the predicted ones
+(iteratively reweighted: relative to the measurement, errors of slow, noisy steps would
+weigh less and bias the fit low; relative to the model, the fit tracks each cell's mean,
+which is what latencies add up). Before each refit, points measured more than
+`OUTLIER_RATIO` times slower than predicted (a stall: the process descheduled, a
+collection) are dropped, at most `TRIM_SHARE` of them per refit, the slowest first; milder
+noise stays in, as it does in a real run. Every parameter but `m_mixed` is non-negative (a
+negative cost per key would price long contexts below short ones): non-negative least
+squares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simulator.cost_models.base import StepWork
+
+KINDS = ("decode", "verify", "prefill", "mixed")
+OUTLIER_RATIO = 3.0  # measured / predicted above this: a stall, not the step's cost
+MIN_REFITS = 3  # reweighted by the prediction; then on while stalls are still found
+MAX_REFITS = 10
+TRIM_SHARE = 0.02  # at most this share of the points dropped per refit, the slowest first
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A piecewise-linear function of a token count through (knots[i], values[i])."""
+
+    knots: np.ndarray  # (k,) float64, increasing
+    values: np.ndarray  # (k,) float64 seconds
+
+    def __call__(self, tokens: np.ndarray | float) -> np.ndarray:
+        x = np.asarray(tokens, dtype=np.float64)
+        return _hat_basis(self.knots, x) @ self.values
+
+
+@dataclass(frozen=True)
+class StepCostFit:
+    """Fitted parameters (seconds) and how the fit went."""
+
+    curves: dict[str, Curve]  # decode, verify, prefill: those the profile measured
+    terms: dict[str, float]  # a_decode, a_verify, a_prefill, c_chunk, m_mixed
+    points_used: int = 0
+    points_dropped: int = 0  # outliers left out of the last fit
+    kinds: tuple[str, ...] = field(default=())  # step kinds the profile measured
+
+
+def work_kind(work: StepWork) -> str:
+    if work.prefill_chunk_tokens:
+        return "mixed" if work.decode_batch_size else "prefill"
+    return "verify" if work.decode_extra_tokens else "decode"
+
+
+def prefill_keys(work: StepWork) -> float:
+    """Σ over chunks of the keys its tokens attend to (causal inside the chunk)."""
+    chunks = np.asarray(work.prefill_chunk_tokens, dtype=np.float64)
+    cached = np.asarray(work.prefill_context_tokens, dtype=np.float64)
+    return float(np.sum(chunks * cached + chunks * (chunks + 1.0) / 2.0))
+
+
+# ---------------------------------------------------------------- the design matrix
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """Where each parameter sits in the design matrix."""
+
+    knots: dict[str, np.ndarray]  # curve → its knots
+    offsets: dict[str, int]  # curve → first column of its knot values
+    terms: dict[str, int]  # scalar term → its column
+    size: int
+
+    @classmethod
+    def for_works(cls, works: list[StepWork], kinds: set[str]) -> _Columns:
+        knots = {name: _knots(_curve_tokens(works, name)) for name in _curves_needed(kinds)}
+        offsets, column = {}, 0
+        for name, k in knots.items():
+            offsets[name], column = column, column + len(k)
+        terms = {}
+        for name in _terms_needed(kinds):
+            terms[name], column = column, column + 1
+        return cls(knots, offsets, terms, column)
+
+
+def _curves_needed(kinds: set[str]) -> list[str]:
+    curves = []
+    if kinds & {"decode", "mixed"}:
+        curves.append("decode")
+    if "verify" in kinds:
+        curves.append("verify")
+    if kinds & {"prefill", "mixed"}:
+        curves.append("prefill")
+    return curves
+
+
+def _terms_needed(kinds: set[str]) -> list[str]:
+    terms = [f"a_{name}" for name in _curves_needed(kinds)]
+    if kinds & {"prefill", "mixed"}:
+        terms.append("c_chunk")
+    if "mixed" in kinds:
+        terms.append("m_mixed")
+    return terms
+
+
+def _decode_curve(work: StepWork) -> str:
+    return "verify" if work.decode_extra_tokens else "decode"
+
+
+def _curve_tokens(works: list[StepWork], curve: str) -> list[float]:
+    tokens = []
+    for work in works:
+        if curve == "prefill" and work.prefill_chunk_tokens:
+            tokens.append(float(sum(work.prefill_chunk_tokens)))
+        elif curve != "prefill" and work.decode_batch_size and _decode_curve(work) == curve:
+            tokens.append(float(work.decode_batch_size + work.decode_extra_tokens))
+    return tokens
+
+
+def _knots(tokens: list[float]) -> np.ndarray:
+    """Powers of two between the smallest and the largest token count measured (those two
+    included), keeping only knots some measured count lies next to: a knot with no point
+    on either side of it would be a free parameter."""
+    measured = np.asarray(tokens, dtype=np.float64)
+    low, high = float(measured.min()), float(measured.max())
+    inner = 2.0 ** np.arange(np.ceil(np.log2(low)), np.floor(np.log2(high)) + 1.0)
+    knots = np.unique(np.concatenate([[low], inner, [high]]))
+    while len(knots) > 2:
+        support = _hat_basis(knots, measured).sum(axis=0)  # (k,)
+        empty = np.flatnonzero(support[1:-1] == 0.0)
+        if not len(empty):
+            break
+        knots = np.delete(knots, empty[0] + 1)
+    return knots
+
+
+def _hat_basis(knots: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """(len(x), k): linear interpolation weights on the knots; beyond the last knot the last
+    segment continues, below the first the value stays."""
+    x = np.atleast_1d(x)
+    if len(knots) == 1:
+        return np.ones((len(x), 1))
+    clipped = np.maximum(x, knots[0])
+    segment = np.clip(np.searchsorted(knots, clipped, side="right") - 1, 0, len(knots) - 2)
+    left, right = knots[segment], knots[segment + 1]
+    share = (clipped - left) / (right - left)  # > 1 past the last knot: extrapolation
+    basis = np.zeros((len(x), len(knots)))
+    rows = np.arange(len(x))
+    basis[rows, segment] = 1.0 - share
+    basis[rows, segment + 1] = share
+    return basis
+
+
+def _design(works: list[StepWork], columns: _Columns) -> np.ndarray:
+    matrix = np.zeros((len(works), columns.size))
+    for row, work in enumerate(works):
+        _fill_row(matrix[row], work, columns)
+    return matrix
+
+
+def _fill_row(row: np.ndarray, work: StepWork, columns: _Columns) -> None:
+    if work.decode_batch_size:
+        curve = _decode_curve(work)
+        tokens = work.decode_batch_size + work.decode_extra_tokens
+        _curve_into(row, columns, curve, tokens)
+        keys = work.decode_context_sum + work.decode_extra_context_sum
+        row[columns.terms[f"a_{curve}"]] += keys
+    if work.prefill_chunk_tokens:
+        _curve_into(row, columns, "prefill", sum(work.prefill_chunk_tokens))
+        row[columns.terms["a_prefill"]] += prefill_keys(work)
+        row[columns.terms["c_chunk"]] += len(work.prefill_chunk_tokens) - 1
+        if work.decode_batch_size:
+            row[columns.terms["m_mixed"]] += 1.0
+
+
+def _curve_into(row: np.ndarray, columns: _Columns, curve: str, tokens: float) -> None:
+    if curve not in columns.knots:
+        raise KeyError(curve)
+    knots = columns.knots[curve]
+    start = columns.offsets[curve]
+    hats = _hat_basis(knots, np.array([float(tokens)]))[0]  # (k,) weights on knot values
+    # The parameters are the curve's first value and its rises from knot to knot (all ≥ 0:
+    # a step never gets cheaper with more tokens); value j = Σ rises up to j.
+    row[start : start + len(knots)] += np.cumsum(hats[::-1])[::-1]
+
+
+# ---------------------------------------------------------------- the fit
+
+
+def fit_step_costs(works: list[StepWork], seconds: Iterable[float]) -> StepCostFit:
+    """Fit the model to measured steps (`works[i]` took `seconds[i]`)."""
+    measured = np.asarray(list(seconds), dtype=np.float64)  # (n,)
+    if len(works) != len(measured) or not len(works):
+        raise ValueError("one measured duration per step, at least one step")
+    kinds = {work_kind(work) for work in works}
+    columns = _Columns.for_works(works, kinds)
+    design = _design(works, columns)  # (n, params)
+    kept = np.isfinite(measured) & (measured > 0)
+    params = _solve(design[kept], measured[kept], measured[kept], columns)
+    for refit in range(MAX_REFITS):
+        predicted = np.maximum(design @ params, 1e-12)  # (n,)
+        slow = measured / predicted
+        outliers = np.flatnonzero(kept & (slow > OUTLIER_RATIO))
+        worst = outliers[np.argsort(-slow[outliers])][: max(1, int(TRIM_SHARE * kept.sum()))]
+        if not len(worst) and refit >= MIN_REFITS:
+            break
+        kept[worst] = False
+        params = _solve(design[kept], measured[kept], predicted[kept], columns)
+    return _as_fit(params, columns, int(kept.sum()), int(len(works) - kept.sum()), kinds)
+
+
+def _solve(
+    design: np.ndarray, measured: np.ndarray, scale: np.ndarray, columns: _Columns
+) -> np.ndarray:
+    """Least squares of (predicted − measured) / scale, every parameter ≥ 0 but `m_mixed`
+    (split into a positive and a negative part for the non-negative solver)."""
+    weights = 1.0 / scale  # (n,)
+    scaled = design * weights[:, None]  # (n, params)
+    mixed = columns.terms.get("m_mixed")
+    if mixed is not None:
+        scaled = np.concatenate([scaled, -scaled[:, mixed : mixed + 1]], axis=1)
+    solution = non_negative_least_squares(scaled, measured * weights)
+    if mixed is not None:
+        solution[mixed] -= solution[-1]
+        solution = solution[:-1]
+    return solution
+
+
+def non_negative_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """argmin ||a x − b|| over x ≥ 0 (Lawson and Hanson's active-set method)."""
+    columns = a.shape[1]
+    x = np.zeros(columns)
+    passive = np.zeros(columns, dtype=bool)
+    tolerance = 1e-12 * max(1.0, float(np.abs(a).max(initial=0.0)))
+    for _ in range(3 * columns + 10):
+        gradient = a.T @ (b - a @ x)  # (params,)
+        candidates = ~passive & (gradient > tolerance)
+        if not candidates.any():
+            break
+        passive[np.argmax(np.where(candidates, gradient, -np.inf))] = True
+        while True:
+            z = np.zeros(columns)
+            z[passive], *_ = np.linalg.lstsq(a[:, passive], b, rcond=None)
+            if (z[passive] > 0).all():
+                x = z
+                break
+            blocked = passive & (z <= 0)
+            step = np.min(x[blocked] / np.maximum(x[blocked] - z[blocked], 1e-300))
+            x = x + step * (z - x)
+            passive &= x > tolerance
+            x[~passive] = 0.0
+    return x
+
+
+def _as_fit(
+    params: np.ndarray, columns: _Columns, used: int, dropped: int, kinds: set[str]
+) -> StepCostFit:
+    curves = {
+        name: Curve(
+            knots, np.cumsum(params[columns.offsets[name] : columns.offsets[name] + len(knots)])
+        )
+        for name, knots in columns.knots.items()
+    }
+    terms = {name: float(params[column]) for name, column in columns.terms.items()}
+    ordered = tuple(kind for kind in KINDS if kind in kinds)
+    return StepCostFit(curves, terms, used, dropped, ordered)

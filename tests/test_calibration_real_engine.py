@@ -1,0 +1,96 @@
+"""`workbench calibrate` on the zoo's `tiny` model: the real engine's steps stored as a
+profile over the designed grid (the small `test` grid), resumable, bad input in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from real_backend.calibration.grid import get_grid
+from real_backend.calibration.measure import calibrate, resolve_target
+from workbench.cli import main
+from workbench.store import ResultsStore
+
+pytestmark = pytest.mark.slow  # serves the grid's probes on a real model (seconds each)
+
+
+def _calibrate_cli(db: Path, zoo: Path, *more: str) -> list[str]:
+    return ["calibrate", "--model", "tiny", "--zoo-dir", str(zoo), "--grid", "test",
+            "--db", str(db), "--no-progress", *more]  # fmt: skip
+
+
+def test_calibrate_stores_every_probe_step_and_exports_csv(
+    tiny_zoo: Path, tmp_path: Path, capsys
+) -> None:
+    db, csv = tmp_path / "c.duckdb", tmp_path / "profile.csv"
+    assert main(_calibrate_cli(db, tiny_zoo, "--csv", str(csv))) == 0
+    out = capsys.readouterr().out
+    assert "profile 'tiny-cpu-fp32'" in out and "measured 6 probes" in out
+    assert "kind: calibrated, profile: tiny-cpu-fp32" in out and csv.is_file()
+    with ResultsStore.open(db, read_only=True) as store:
+        (profile,) = store.profiles()
+        points = store.profile_points(profile.profile_id)
+    assert profile.complete and profile.device == "cpu" and profile.dtype == "fp32"
+    assert profile.model_shape["num_layers"] == 2 and profile.threads >= 1
+    assert {p.kind for p in points} == {"decode", "prefill", "mixed", "verify"}
+    assert all(p.step_s > 0 and p.forward_s > 0 for p in points)
+    # A batch of 4 equal requests: decode steps whose context grows by 4 keys each step.
+    decodes = [p for p in points if p.probe == "decode-b4-p48@1" and p.kind == "decode"]
+    contexts = [p.decode_context_sum for p in decodes]
+    assert contexts == list(range(4 * 49, 4 * 49 + 4 * len(decodes), 4))
+    # Verification of width 2: two more tokens per sequence, each seeing its predecessors.
+    verify = next(p for p in points if p.kind == "verify")
+    batch, keys = verify.decode_batch_size, verify.decode_context_sum
+    assert verify.decode_extra_tokens == 2 * batch
+    assert verify.decode_extra_context_sum == 2 * keys + 3 * batch
+    assert main(_calibrate_cli(db, tiny_zoo)) == 0  # again: nothing to measure
+    assert "is complete already" in capsys.readouterr().out
+
+
+def test_an_interrupted_calibration_resumes_where_it_stopped(
+    tiny_zoo: Path, tmp_path: Path
+) -> None:
+    target = resolve_target("tiny", "cpu", "fp32", str(tiny_zoo))
+    probes = [run.name for run in get_grid("test", 2048).runs()]
+
+    def stop_at_third(done: int, total: int, probe: str) -> None:
+        if probe == probes[2]:
+            raise KeyboardInterrupt
+
+    with ResultsStore.open(tmp_path / "r.duckdb") as store:
+        with pytest.raises(KeyboardInterrupt):
+            calibrate(target, store, grid_name="test", progress=stop_at_third)
+        (partial,) = store.profiles()
+        assert not partial.complete
+        assert store.profile_probes_done(partial.profile_id) == set(probes[:2])
+        outcome = calibrate(target, store, grid_name="test")
+        assert outcome.skipped == sorted(probes[:2]) and outcome.measured == probes[2:]
+        assert outcome.profile.profile_id == partial.profile_id and outcome.profile.complete
+        assert store.profile_probes_done(partial.profile_id) == set(probes)
+
+
+def test_an_unknown_model_gets_one_line(tmp_path: Path, capsys) -> None:
+    code = main(["calibrate", "--model", "no-such-model", "--db", str(tmp_path / "x.duckdb")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "unknown model 'no-such-model'" in err and "tiny" in err
+
+
+def test_an_unbuilt_zoo_model_names_the_build_command(tmp_path: Path, capsys) -> None:
+    code = main(_calibrate_cli(tmp_path / "x.duckdb", tmp_path / "empty-zoo"))
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "workbench zoo build tiny" in err
+
+
+def test_cuda_without_a_gpu_gets_one_line(tiny_zoo: Path, tmp_path: Path, capsys) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    code = main(_calibrate_cli(tmp_path / "x.duckdb", tiny_zoo, "--device", "cuda"))
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "no CUDA device" in err and len(err.splitlines()) == 1

@@ -1,0 +1,98 @@
+"""The calibrated cost model reproduces its own profile points: a profile measured from a
+known model of the fitted family is fitted back exactly, timing spikes left out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from calibration_helpers import grid_works, points_of, truth
+
+from simulator.cost_models.base import StepWork
+from simulator.cost_models.calibrated import (
+    CalibratedCostModel,
+    fit_errors,
+    fit_profile,
+    step_work,
+)
+from simulator.cost_models.calibrated_fit import non_negative_least_squares, work_kind
+
+
+def _model_from(seconds: list[float]) -> tuple[CalibratedCostModel, list]:
+    points = points_of(grid_works(), seconds)
+    return CalibratedCostModel(fit_profile(points)), points
+
+
+def test_the_fit_reproduces_every_profile_point() -> None:
+    known = truth()
+    works = grid_works()
+    measured = [known.step_time_s(work) for work in works]
+    fitted, points = _model_from(measured)
+    predicted = np.array([fitted.step_time_s(step_work(p)) for p in points])
+    np.testing.assert_allclose(predicted, measured, rtol=1e-9)
+    assert {p.kind for p in points} == {"decode", "prefill", "mixed", "verify"}
+    for _n, median, p90, total in fit_errors(fitted, points).values():
+        assert median < 1e-9 and p90 < 1e-9 and abs(total - 1) < 1e-9
+
+
+def test_points_slowed_by_other_processes_are_left_out() -> None:
+    known = truth()
+    works = grid_works()
+    clean = np.array([known.step_time_s(work) for work in works])
+    spiked = clean.copy()
+    # Among the decode steps, which the design measures several times per knot (a knot
+    # measured once cannot tell a stall from its cost).
+    decodes = [i for i, work in enumerate(works) if work_kind(work) == "decode"]
+    hit = np.array(decodes[::12])
+    spiked[hit] *= 5.0  # the process was descheduled mid-step
+    fitted, points = _model_from(list(spiked))
+    predicted = np.array([fitted.step_time_s(step_work(p)) for p in points])
+    np.testing.assert_allclose(predicted, clean, rtol=1e-6)
+    assert fitted.fit.points_dropped == len(hit)
+
+
+def test_prices_between_and_beyond_the_knots_follow_the_curves() -> None:
+    fitted, _ = _model_from([truth().step_time_s(w) for w in grid_works()])
+    decode = fitted.fit.curves["decode"]
+    # Halfway between knots 4 and 8: the mean of their values; past 16: the last slope.
+    assert np.isclose(decode(6.0)[0], (decode(4.0)[0] + decode(8.0)[0]) / 2)
+    slope = decode(16.0)[0] - decode(12.0)[0]
+    assert np.isclose(decode(20.0)[0], decode(16.0)[0] + slope)
+
+
+def test_a_decode_span_equals_its_single_steps_bit_for_bit() -> None:
+    fitted, _ = _model_from([truth().step_time_s(w) for w in grid_works()])
+    for batch, context in ((1, 17), (5, 333), (16, 4000), (40, 9000)):
+        span = fitted.decode_span_s(batch, context, 50)
+        works = [
+            StepWork(decode_batch_size=batch, decode_context_sum=context + i * batch)
+            for i in range(50)
+        ]
+        singles = [fitted.step_time_s(work) for work in works]
+        assert span.tolist() == singles
+
+
+def test_costs_stay_non_negative_where_the_data_would_bend_them() -> None:
+    # Decode steps only, measured faster at long contexts (noise): the cost per key would
+    # come out negative in plain least squares; it is held at 0.
+    works = [StepWork(decode_batch_size=4, decode_context_sum=c) for c in (100, 200, 400, 800)]
+    seconds = [2.0e-3, 1.99e-3, 1.98e-3, 1.97e-3]
+    fitted = CalibratedCostModel(fit_profile(points_of(works, seconds)))
+    assert fitted.fit.terms["a_decode"] == 0.0
+    assert np.isclose(fitted.step_time_s(works[0]), np.mean(seconds), rtol=0.02)
+
+
+def test_non_negative_least_squares_matches_a_hand_solution() -> None:
+    a = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    b = np.array([2.0, -1.0, 1.0])
+    # Unconstrained: x = (5/3, −2/3); with x ≥ 0 the second is 0 and the first
+    # minimises (x − 2)² + (x − 1)²: x = 1.5.
+    np.testing.assert_allclose(non_negative_least_squares(a, b), [1.5, 0.0], atol=1e-12)
+
+
+def test_curves_never_fall_with_more_tokens() -> None:
+    # Batch 16 measured faster than batch 8 (a quiet spell): the curve stays flat instead.
+    batches, seconds = (1, 2, 4, 8, 16), (1.0e-3, 1.2e-3, 1.5e-3, 2.4e-3, 2.0e-3)
+    works = [StepWork(decode_batch_size=b, decode_context_sum=b * 10) for b in batches]
+    curve = fit_profile(points_of(works, list(seconds))).curves["decode"]
+    values = curve(np.array(batches, dtype=float))
+    assert (np.diff(values) >= 0).all() and values[-1] == pytest.approx(values[-2])

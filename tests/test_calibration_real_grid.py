@@ -1,0 +1,43 @@
+"""The designed calibration grid: what each probe covers, its passes, clipping to context."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from real_backend.calibration.grid import GRIDS, get_grid
+from workbench.errors import WorkbenchError
+from workbench.scheduling.blocks import blocks_for
+
+
+def test_the_standard_grid_covers_every_step_kind_in_three_alternating_passes() -> None:
+    grid = get_grid("standard", 2048)
+    kinds = {probe.name.split("-")[0] for probe in grid.probes}
+    assert kinds == {"decode", "prefill", "chunked", "mixed", "verify"}
+    runs = grid.runs()
+    assert len(runs) == 3 * len(grid.probes) and len({run.name for run in runs}) == len(runs)
+    first, second = runs[: len(grid.probes)], runs[len(grid.probes) : 2 * len(grid.probes)]
+    assert [r.probe for r in second] == [r.probe for r in reversed(first)]
+    assert {run.seed for run in runs} == {0, 1, 2}
+
+
+def test_probes_a_short_context_cannot_hold_are_left_out() -> None:
+    full, short = get_grid("standard", 2048), get_grid("standard", 512)
+    assert all(p.prompt_tokens[1] + p.output_tokens[1] + p.width <= 512 for p in short.probes)
+    assert "prefill-p1024" not in {p.name for p in short.probes}
+    assert len(short.probes) < len(full.probes)
+
+
+@pytest.mark.parametrize("name", list(GRIDS))
+def test_each_probe_has_room_for_its_running_sequences(name: str) -> None:
+    for probe in GRIDS[name].probes:
+        workload = probe.workload(seed=1)
+        assert np.array_equal(workload.prompt_tokens, probe.workload(seed=1).prompt_tokens)
+        longest = int((workload.prompt_tokens + workload.output_tokens).max()) + probe.width
+        running = min(probe.max_batch_size, probe.concurrency or probe.requests)
+        assert probe.kv_blocks() >= running * blocks_for(longest, 16)
+
+
+def test_an_unknown_grid_is_refused() -> None:
+    with pytest.raises(WorkbenchError, match="unknown calibration grid 'huge'"):
+        get_grid("huge", 2048)

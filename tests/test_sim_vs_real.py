@@ -1,0 +1,78 @@
+"""A real run beside its simulated twin: step wall times, the error table, the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fixtures_records import RequestSpec, make_meta, make_records
+
+from reports.build import build_report
+from reports.collect import collect_run
+from reports.sim_vs_real import error, error_rows, pair_error_text
+from reports.step_walls import step_walls
+from workbench.store import ResultsStore
+
+
+def _records(scale: float = 1.0, info: dict[str, str] | None = None):
+    """Two requests on one replica, an idle spell between them (steps 1 → 2)."""
+    steps = {0: [(0.0, 0.010), (0.012, 0.010), (0.5, 0.010), (0.515, 0.010)]}
+    steps = {0: [(start * scale, duration * scale) for start, duration in steps[0]]}
+    requests = [
+        RequestSpec(0, 0.0, [(0, 0, 1, 1)]),
+        RequestSpec(1, 0.49 * scale, [(0, 2, 3, 1)]),
+    ]
+    records = make_records(steps, requests, info)
+    records.steps.prefill_tokens[[0, 2]] = 10  # each request's first step prefilled
+    return records
+
+
+def test_step_walls_run_end_to_end_and_skip_idle_spells() -> None:
+    walls = step_walls(_records())
+    # Step 1 follows step 0 (request 0 still running): 0.022 − 0.010. Step 2 follows an idle
+    # spell (request 0 done, request 1 not arrived): left out. Step 3: 0.525 − 0.510.
+    np.testing.assert_allclose(walls.seconds, [0.012, 0.015])
+    assert walls.with_prefill.tolist() == [False, False] and walls.steps == 4
+
+
+CONFIG = {
+    "name": "pair",
+    "hardware": {"gpu": "cpu", "replicas": 1, "tensor_parallel": 1},
+    "workload": {"arrival": {"kind": "poisson", "rate_per_s": 4.0}},
+    "slo": {"ttft_ms": None, "tpot_ms": None, "e2e_ms": None},
+}
+
+
+@pytest.fixture
+def pair_store(tmp_path: Path):
+    with ResultsStore.open(tmp_path / "pair.duckdb") as store:
+        real = make_meta("real1", backend="real", config=CONFIG)
+        store.write_run(real, _records(1.0, {"device": "cpu"}))
+        sim_config = CONFIG | {"cost_model": {"kind": "calibrated", "profile": "p1"}}
+        sim = make_meta("sim1", backend="sim", config=sim_config)
+        store.write_run(sim, _records(1.1, {"twin_of": "real1"}))
+        yield store
+
+
+def test_the_error_table_compares_like_with_like(pair_store: ResultsStore) -> None:
+    real, sim = collect_run(pair_store, "real1"), collect_run(pair_store, "sim1")
+    rows = {label: (r, s) for label, r, s, _ in error_rows(real, sim)}
+    r, s = rows["TTFT median (ms)"]
+    assert (r, s) == (real.summary["median_ttft_ms"], sim.summary["median_ttft_ms"])
+    assert error(s, r) == pytest.approx(0.1)  # every time of the twin is 1.1× the real one's
+    assert error(*reversed(rows["Step wall mean, all (ms)"])) == pytest.approx(0.1)
+    assert rows["Steps"] == (4.0, 4.0)
+    text = pair_error_text(pair_store, "real1", "sim1")
+    assert "TTFT p99 (ms)" in text and "+10.0%" in text and "Step wall median" in text
+
+
+def test_the_report_shows_the_pair_with_its_errors_and_cdfs(
+    pair_store: ResultsStore, tmp_path: Path
+) -> None:
+    out = tmp_path / "report"
+    build_report(pair_store, None, out)
+    markdown = (out / "report.md").read_text()
+    assert "Simulator vs real: " in markdown and "| E2E p90 (ms) |" in markdown
+    assert (out / "twin_cdf_real1.png").is_file()
+    assert "(uncalibrated)" not in markdown  # a calibrated twin is not flagged
