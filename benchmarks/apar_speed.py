@@ -175,7 +175,8 @@ def main() -> None:
                         best[name] = run
             for name, run in best.items():
                 results[name].append(run)
-    report(results, unstructured_forks, args)
+    if results["apar"]:
+        report(results, unstructured_forks, args)
     if args.load:
         structured = [tok.encode(r["turns"][0]).ids for r in rows if r["category"] == "structured"]
         under_load(model, structured, tokens, eos, args)

@@ -15,6 +15,7 @@ import yaml
 from workbench.cli import main
 from workbench.scenario.loader import load_scenario
 from workbench.store.db import ResultsStore
+from workbench.sweep import expand
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
@@ -141,10 +142,13 @@ def test_shipped_scenarios_run_as_is(
     path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = cli(capsys, "run", path, "--db", tmp_path / "r.duckdb", "--json")
-    summary = json.loads(out)
     shipped = load_scenario(path)
-    assert summary["num_requests"] == shipped.workload.num_requests
-    assert summary["completed"] > 0.8 * shipped.workload.num_requests
+    points = expand(shipped, source=str(path))
+    summaries = [json.loads(line) for line in out.splitlines()]
+    assert len(summaries) == len(points)  # one JSON line per sweep point
+    for summary in summaries:
+        assert summary["num_requests"] == shipped.workload.num_requests
+        assert summary["completed"] > 0.8 * shipped.workload.num_requests
 
 
 # ---------------------------------------------------------------------- validate, show
@@ -154,7 +158,8 @@ def test_shipped_scenarios_run_as_is(
 def test_shipped_scenarios_validate(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = cli(capsys, "validate", path)
     assert out.startswith(f"{path}: ok")
-    assert "1 run" in out
+    runs = len(expand(load_scenario(path), source=str(path)))
+    assert f"{runs} run{'s' * (runs != 1)})" in out
 
 
 REAL = sorted(set(SCENARIOS.glob("*.yaml")) - set(SIMULATED))
