@@ -14,6 +14,7 @@ from real_backend.engine import RealEngine, ServeOptions
 from real_backend.model.config import ModelArgs
 from real_backend.model.loading import load_checkpoint
 from real_backend.model.transformer import Transformer
+from real_backend.outputs import output_records
 from real_backend.prompts import request_prompts
 from workbench.errors import WorkbenchError
 from workbench.records import RunRecords
@@ -94,7 +95,8 @@ def serve_scenario(scenario: Scenario, progress=None) -> RunRecords:
     branching = isinstance(scenario.decoder, AparDecoderConfig)  # APAR requests fork
     policy = build_policy(scenario.scheduler, num_blocks, slots, branching=branching)
     engine = RealEngine(model, cache, policy, options, decoder)
-    records, _outputs = engine.serve(workload, prompts, progress)
+    records, outputs = engine.serve(workload, prompts, progress)
+    records.outputs = output_records(outputs, folder)
     records.info.update(run_info(folder, device, scenario.model.dtype, num_blocks))
     records.info["kernels"] = kernels
     records.info["linear"] = model.linear_impl

@@ -16,7 +16,7 @@ from reports.step_walls import StepWalls, step_walls
 from workbench import metrics
 from workbench.batch_metrics import Batches, find_batches
 from workbench.decoder_metrics import category_breakdown
-from workbench.records import StepRecords
+from workbench.records import OutputRecords, StepRecords
 from workbench.scenario.system import SLOConfig
 from workbench.store import ResultsStore
 from workbench.store.summaries import config_dict, run_slo
@@ -41,6 +41,7 @@ class RunData:
     walls: StepWalls = field(
         default_factory=lambda: StepWalls(np.zeros(0), np.zeros(0, dtype=bool), 0)
     )
+    outputs: OutputRecords | None = None  # what a real run answered
     label: str = ""  # what tells it apart from the report's other runs (`assign_labels`)
     colour: str = "C0"  # its colour in every figure
 
@@ -98,6 +99,7 @@ def collect_run(store: ResultsStore, run_id: str) -> RunData:
         by_category=category_breakdown(records),
         slo=slo,
         walls=step_walls(records),
+        outputs=records.outputs,
     )
 
 

@@ -12,6 +12,7 @@ from reports.content import Table
 from reports.matching import twin_is_calibrated, twin_pairs, vanilla_baseline
 from reports.tables import MISSING, format_number, run_name
 from workbench.decoder_metrics import MAX_POSITIONS
+from workbench.lossless import Lossless, lossless_verdict
 from workbench.metrics import Number
 
 
@@ -37,6 +38,14 @@ def _positions(run: RunData) -> str:
     return " ".join(shown) or MISSING
 
 
+def _lossless(run: RunData, vanilla: RunData | None) -> Lossless:
+    """Greedy output equal to the vanilla twin's, from the stored outputs."""
+    if vanilla is None:
+        return Lossless("n/a", "no vanilla run")
+    temperature = float(run.config.get("decoder", {}).get("temperature", 0.0) or 0.0)
+    return lossless_verdict(temperature, str(run.run["backend"]), run.outputs, vanilla.outputs)
+
+
 def speedup_table(drafting: list[RunData], runs: list[RunData]) -> Table:
     rows = []
     for run in drafting:
@@ -48,6 +57,7 @@ def speedup_table(drafting: list[RunData], runs: list[RunData]) -> Table:
             str(run.run["backend"]),
             str(run.run["decoder"]),
             base.label if base is not None else MISSING,
+            _lossless(run, base).cell(),
             format_number(s.get("mean_tokens_per_decode_step"), 2),
             format_number(s.get("acceptance_rate"), 3),
             _positions(run),
@@ -64,6 +74,7 @@ def speedup_table(drafting: list[RunData], runs: list[RunData]) -> Table:
             "Backend",
             "Decoder",
             "Vanilla run",
+            "Lossless",
             "Tokens/step",
             "Acceptance",
             "Acceptance by position",
@@ -74,7 +85,7 @@ def speedup_table(drafting: list[RunData], runs: list[RunData]) -> Table:
             "Output tok/s ratio",
         ],
         rows=rows,
-        text_columns=4,
+        text_columns=5,
         row_titles=[f"run {run.run_id}" for run in drafting],
         note="Vanilla run: the latest vanilla run with the same configuration but for its "
         "name, decoder, SLOs, sweep and simulator options. TPOT speed-up = its mean TPOT / "
@@ -82,7 +93,8 @@ def speedup_table(drafting: list[RunData], runs: list[RunData]) -> Table:
         "out). Acceptance = accepted / drafted tokens; by position: P(accepted ≥ i | drafted "
         "≥ i). Extra FLOPs: decode tokens computed per token emitted, less 1. ITL: the gap "
         "between a request's emissions, a multi-token step's tokens arriving together (so "
-        "ITL ≥ TPOT when steps emit several).",
+        "ITL ≥ TPOT when steps emit several). Lossless: every request's stored output equals "
+        "the vanilla run's token for token (greedy real runs), else the first difference.",
     )
 
 

@@ -100,6 +100,9 @@ class Run:
     def emissions(self) -> pl.DataFrame:
         return self.results.emissions(run=self.run_id)
 
+    def outputs(self) -> pl.DataFrame:
+        return self.results.outputs(run=self.run_id)
+
 
 @dataclass(frozen=True)
 class Sweep:
@@ -284,6 +287,22 @@ class Results:
         first_step..last_step of its replica (the `emissions` table)."""
         with self.store() as store:
             return _select(store, "emissions", self._run_ids(store, run))
+
+    def outputs(self, run: Any = None) -> pl.DataFrame:
+        """What real runs answered: per request its emitted token ids and their text (the
+        `outputs` table; simulated runs have none)."""
+        with self.store() as store:
+            tables = store.connection.sql(
+                "SELECT table_name FROM information_schema.tables WHERE table_name = 'outputs'"
+            ).fetchall()
+            if not tables:  # a database older than schema 8, opened read-only
+                import polars as pl
+
+                return pl.DataFrame(
+                    schema={"run_id": pl.String, "request_id": pl.Int64,
+                            "token_ids": pl.List(pl.Int64), "text": pl.String}
+                )  # fmt: skip
+            return _select(store, "outputs", self._run_ids(store, run))
 
     def sql(self, query: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
         """Any SQL over the tables and views, as a DataFrame."""

@@ -86,7 +86,17 @@ def _parser() -> argparse.ArgumentParser:
     report.set_defaults(func=_cmd_report)
     export = sub.add_parser("export", help="write a table to Parquet")
     export.add_argument(
-        "table", choices=["runs", "requests", "steps", "emissions", "run_summaries", "run_summary"]
+        "table",
+        choices=[
+            "runs",
+            "requests",
+            "steps",
+            "emissions",
+            "outputs",
+            "branches",
+            "run_summaries",
+            "run_summary",
+        ],
     )
     export.add_argument("--db", default=DEFAULT_DB)
     export.add_argument("--out", required=True, help="Parquet file to write")

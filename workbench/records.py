@@ -67,6 +67,16 @@ class EmissionSpans:
 
 
 @dataclass
+class OutputRecords:
+    """What a real run answered, per request: its emitted token ids, and their text decoded
+    with the model's tokenizer (None without one). APAR requests: the reassembled answer."""
+
+    request_id: np.ndarray  # (n,) int64
+    token_ids: list[list[int]]  # (n,) emitted tokens, in order
+    text: list[str | None]  # (n,)
+
+
+@dataclass
 class RunRecords:
     """Everything a backend returns; the store writes it in one transaction."""
 
@@ -75,6 +85,7 @@ class RunRecords:
     emissions: EmissionSpans
     info: dict[str, str] = field(default_factory=dict)  # backend facts: device, versions...
     branches: BranchRecords | None = None  # APAR runs: every request's branch tree
+    outputs: OutputRecords | None = None  # real runs: what the model answered
 
 
 @dataclass

@@ -21,6 +21,7 @@ import torch
 from kernels.dispatch import KernelChoice, KernelUnavailable, select_kernels
 from real_backend.model.config import ModelArgs
 from real_backend.model.loading import load_checkpoint
+from real_backend.outputs import output_records, with_text
 from real_backend.pipeline.decoding import PipelineDecoding
 from real_backend.pipeline.drafting import DraftSource, ModelDrafter
 from real_backend.pipeline.head import PipelineHead
@@ -123,6 +124,7 @@ def serve_requests(
 ) -> RunRecords:
     """Serve every request, one at a time in arrival order; times from the clock's zero."""
     recorder = PipelineRecorder(len(workload))
+    outputs: dict[int, list[int]] = {}
     finished: list[float] = []
     origin = decoding.log.origin_s
     for rid in range(len(workload)):
@@ -133,11 +135,14 @@ def serve_requests(
         for commit in commits:
             commit.time_s -= origin
         recorder.request(rid, arrival, started, commits)
+        outputs[rid] = [token for commit in commits for token in commit.tokens]
         finished.append(commits[-1].time_s)
         if progress is not None:
             progress(1)
     decoding.drain()
-    return recorder.records(workload.prompt_tokens)
+    records = recorder.records(workload.prompt_tokens)
+    records.outputs = output_records(outputs, None)  # the caller adds the text
+    return records
 
 
 def _arrival_s(workload: Workload, rid: int, finished: list[float]) -> float:
@@ -188,6 +193,8 @@ def serve_pipeline(scenario: Scenario, progress: Callable[[int], None] | None = 
         records = serve_requests(
             head, decoding, workload, prompts, stops, time.perf_counter, progress
         )
+    assert records.outputs is not None
+    records.outputs = with_text(records.outputs, folder)
     records.info.update(run_info(folder, "cpu", scenario.model.dtype, plan.num_blocks))
     records.info.update(pipeline_info(plan, log, decoding))
     records.info["kernels"] = kernels

@@ -24,6 +24,7 @@ from workbench.errors import WorkbenchError
 from workbench.metrics import DEFAULT_PERCENTILES, SummaryValue
 from workbench.records import (
     EmissionSpans,
+    OutputRecords,
     RequestRecords,
     RunMeta,
     RunRecords,
@@ -58,7 +59,8 @@ RUN_COLUMNS = [
 # Read from `runs` beside RUN_COLUMNS (schema 4; derived for older databases).
 RUN_EXTRA_COLUMNS = [LABEL_COLUMN[0], *CONFIG_COLUMNS]
 EXPORTABLE = (
-    "runs", *RECORD_TABLES, "branches", "run_summaries", "request_metrics", "run_summary",
+    "runs", *RECORD_TABLES, "branches", "outputs", "run_summaries", "request_metrics",
+    "run_summary",
 )  # fmt: skip
 _RECORD_CLASSES = {"requests": RequestRecords, "steps": StepRecords, "emissions": EmissionSpans}
 _COLUMNS = {**RECORD_TABLES, "branches": BRANCH_COLUMNS}  # tables write_run inserts
@@ -136,6 +138,8 @@ class ResultsStore:
                 self._insert_records(table, getattr(records, table), meta.run_id)
             if records.branches is not None:  # APAR runs
                 self._insert_records("branches", records.branches, meta.run_id)
+            if records.outputs is not None:  # real runs
+                self._insert_outputs(records.outputs, meta.run_id)
             self._insert_run_row(meta, records.info, label)
             self._insert_summary(meta.run_id, summary)
             self._con.execute("COMMIT")
@@ -164,6 +168,25 @@ class ResultsStore:
             )
         finally:
             self._con.unregister("_wb_source")
+
+    def _insert_outputs(self, outputs: OutputRecords, run_id: str) -> None:
+        arrow = pa.Table.from_arrays(
+            [
+                pa.array(np.asarray(outputs.request_id, dtype=np.int64)),
+                pa.array(outputs.token_ids, type=pa.list_(pa.int64())),
+                pa.array(outputs.text, type=pa.string()),
+            ],
+            names=["request_id", "token_ids", "text"],
+        )
+        self._con.register("_wb_outputs", arrow)
+        try:
+            self._con.execute(
+                "INSERT INTO outputs SELECT ?::VARCHAR, request_id, token_ids, text "
+                "FROM _wb_outputs",
+                [run_id],
+            )
+        finally:
+            self._con.unregister("_wb_outputs")
 
     def _insert_run_row(self, meta: RunMeta, info: dict[str, str], label: str | None) -> None:
         row = [
@@ -265,7 +288,23 @@ class ResultsStore:
         info = self.get_run(full)["info"]
         records = RunRecords(parts["requests"], parts["steps"], parts["emissions"], info)
         records.branches = self._load_branches(full)
+        records.outputs = self.load_outputs(full)
         return records
+
+    def load_outputs(self, run_id: str) -> OutputRecords | None:
+        """What a real run answered, in request order (None for simulated runs, and before
+        schema 8)."""
+        if not self._table_columns("outputs"):
+            return None
+        rows = self._con.execute(
+            "SELECT request_id, token_ids, text FROM outputs WHERE run_id = ? ORDER BY request_id",
+            [self.resolve_run_id(run_id)],
+        ).fetchall()
+        if not rows:
+            return None
+        ids, tokens, texts = zip(*rows, strict=True)
+        token_ids = [list(t) for t in tokens]
+        return OutputRecords(np.asarray(ids, dtype=np.int64), token_ids, list(texts))
 
     def _load_branches(self, run_id: str) -> BranchRecords | None:
         """An APAR run's branch trees (None for other runs, and before schema 6)."""

@@ -16,7 +16,7 @@ Since schema 5 calibration profiles (`workbench calibrate`) live in `profiles` (
 profile: model, device, dtype, threads, versions, date) and `profile_points` (one row per
 measured engine step); `workbench.store.profiles` reads and writes them. Schema 6 adds
 APAR's branch trees and summary columns, schema 7 the summary columns of pipeline-parallel
-(PipeInfer) runs.
+(PipeInfer) runs, schema 8 `outputs` (what a real run answered).
 
 Migrations: `MIGRATIONS[v]` lists the steps from version v to v + 1, SQL statements or
 `PythonStep`s (work SQL cannot do, run by `workbench.store.db` in the same transaction). A
@@ -36,7 +36,7 @@ from workbench.metrics import LATENCY_METRICS, STATISTICS
 from workbench.pipeline_metrics import PIPELINE_SUMMARY_COLUMNS
 from workbench.saturation import SATURATION_KEYS
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # The oldest schema a read-only store reads as it is: since then only columns were added,
 # which `load_records` fills for old databases (NULL, or LEGACY_COLUMNS' derivation). A
 # writable open migrates.
@@ -165,6 +165,14 @@ BRANCH_TABLE_DDL = (
     "CREATE TABLE IF NOT EXISTS branches (run_id VARCHAR NOT NULL, "
     + ", ".join(f"{name} {sql}" for name, sql in BRANCH_COLUMNS.items())
     + ")"
+)
+
+
+# What a real run answered (schema 8): per request its emitted token ids and their text
+# (`workbench.records.OutputRecords`). Simulated runs have none.
+OUTPUTS_TABLE_DDL = (
+    "CREATE TABLE IF NOT EXISTS outputs (run_id VARCHAR NOT NULL, request_id BIGINT, "
+    "token_ids BIGINT[], text VARCHAR)"
 )
 
 
@@ -350,6 +358,7 @@ def create_statements() -> list[str]:
         RUN_SUMMARY_VIEW,
         *PROFILE_TABLES_DDL,
         BRANCH_TABLE_DDL,
+        OUTPUTS_TABLE_DDL,
     ]
 
 
@@ -410,4 +419,5 @@ MIGRATIONS: dict[int, list[str | PythonStep]] = {
         f"ALTER TABLE run_summaries ADD COLUMN IF NOT EXISTS {name} {sql}"
         for name, sql in PIPELINE_SUMMARY_COLUMNS.items()
     ],
+    7: [OUTPUTS_TABLE_DDL],  # what real runs answered
 }
