@@ -22,7 +22,7 @@ from reports.html import render_html
 from reports.markdown import render_markdown
 from reports.matching import twin_pairs
 from reports.planning import plan_probe_ids, planning_images
-from reports.sim_vs_real import cdf_overlay, error_table
+from reports.sim_vs_real import cdf_overlay, error_table, pair_name
 from reports.sweeps import rate_sweep_curves
 from reports.tables import latency_tables, runs_table, seqsched_table, throughput_table
 from reports.warnings import report_warnings
@@ -147,7 +147,7 @@ def _figures(runs: list[RunData]) -> list[FigureImage]:
         images.append(_image(f"cdf_{metric}", f"{metric.upper()} CDF", figure, caption))
     images.append(_image("throughput", "Throughput and goodput", figures.throughput_bars(runs)))
     for real, sim in twin_pairs(runs):
-        title = f"Real run beside its simulated twin, CDFs: {real.label}"
+        title = f"Real run beside its simulated twin, CDFs: {pair_name(real)}"
         caption = f"Solid: real run {real.run_id}; dashed: its simulated twin {sim.run_id}."
         images.append(_image(f"twin_cdf_{real.run_id}", title, cdf_overlay(real, sim), caption))
     return images

@@ -14,7 +14,7 @@ import numpy as np
 
 from reports.collect import RunData, collect_run
 from reports.content import Table
-from reports.tables import MISSING, format_number, run_name
+from reports.tables import MISSING, format_number
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -91,7 +91,7 @@ def error_table(real: RunData, sim: RunData) -> Table:
     profile = cost.get("profile") or cost.get("profile_csv")
     priced = f"the {sim.cost_model} cost model" + (f" (profile {profile})" if profile else "")
     return Table(
-        title=f"Simulator vs real: {run_name(real)}",
+        title=f"Simulator vs real: {pair_name(real)}",
         headers=["Metric", f"Real ({real.run_id})", f"Sim ({sim.run_id})", "Error"],
         rows=rows,
         note=f"Sim priced by {priced}. Error = sim / real − 1. Step wall time: from the end "
@@ -99,6 +99,11 @@ def error_table(real: RunData, sim: RunData) -> Table:
         "back (scheduling and bookkeeping included); the real engine's recorded step "
         "duration holds its forwards only.",
     )
+
+
+def pair_name(real: RunData) -> str:
+    """A pair's title: the scenario and the real run (labels differ by backend only)."""
+    return f"{real.run['scenario_name']}, real run {real.run_id}"
 
 
 def _count(value: float | None) -> str:

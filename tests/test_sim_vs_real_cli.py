@@ -50,6 +50,7 @@ def test_both_backends_run_as_a_pair_with_an_error_table(
     assert blocks == sim_config["scheduler"]["kv_cache"]["num_blocks"]
     assert str(blocks) == real["info"]["kv_blocks_per_replica"]
     assert real_config["model"] == sim_config["model"] and "zoo_dir" in real_config["model"]
+    assert real_config["cost_model"] == sim_config["cost_model"]  # they differ in backend alone
     out_dir = tmp_path / "report"
     assert main(["report", "--db", str(db), "--out", str(out_dir)]) == 0
     report = (out_dir / "report.md").read_text()

@@ -228,7 +228,7 @@ def twin_scenarios(
 ) -> tuple[Scenario, Scenario]:
     """The point's real scenario and its simulated twin: the same workload, scheduler and
     KV blocks (the real backend's count when the scenario leaves it open), the twin priced
-    by a calibrated cost model."""
+    by a calibrated cost model (named in both configurations)."""
     try:
         from real_backend.serve import real_kv_blocks  # the real backend is needed anyway
     except ModuleNotFoundError as exc:
@@ -252,8 +252,10 @@ def twin_scenarios(
     cost = calibrated_config_for(resolved, store, profile)
     if cost.profile is not None and not cost.allow_other_device:
         _check_threads(store.find_profile(cost.profile).threads, store.path)
-    sim = real.model_copy(update={"backend": "sim", "cost_model": cost})
-    return real, sim
+    # The real run carries the twin's cost model too (the real backend reads none), so the
+    # pair's configurations differ in their backend alone.
+    real = real.model_copy(update={"cost_model": cost})
+    return real, real.model_copy(update={"backend": "sim"})
 
 
 def _check_threads(profile_threads: int, source: str) -> None:
