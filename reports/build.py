@@ -21,6 +21,7 @@ from reports.headline import headline_table, slo_table
 from reports.html import render_html
 from reports.markdown import render_markdown
 from reports.matching import twin_pairs
+from reports.pipeline import pipeline_tables
 from reports.planning import plan_probe_ids, planning_images
 from reports.sim_vs_real import cdf_overlay, error_table, pair_name
 from reports.sweeps import rate_sweep_curves
@@ -120,6 +121,7 @@ def _tables(runs: list[RunData]) -> list[Table]:
         tables.append(seqsched_table(batched))
     tables += decoder_tables(runs)
     tables += apar_tables(runs)  # APAR: branches, KV, the twin without forks, sim vs real
+    tables += pipeline_tables(runs)  # PipeInfer and its baselines over pipeline stages
     twins = sim_vs_real_table(runs)
     if twins is not None:
         tables.append(twins)

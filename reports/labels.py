@@ -139,13 +139,27 @@ def describe_decoder(config: dict[str, Any]) -> str:
         window = [decoder.get(name) for name in ("window", "ngram", "candidates")]
         if all(v is not None for v in window):
             return "lookahead W{} N{} G{}".format(*window)
+    if kind == "pipeinfer":
+        return describe_pipeinfer(decoder)
     return kind
+
+
+def describe_pipeinfer(decoder: dict[str, Any]) -> str:
+    """`PipeInfer k=4` (asynchronous, restarting after commits, as released), `PipeInfer
+    continue k=4`, or `sync speculative k=4` (one run in flight)."""
+    k = decoder.get("max_draft_tokens")
+    size = f" k={k}" if k is not None else ""
+    if decoder.get("asynchronous") is False:
+        return f"sync speculative{size}"
+    mode = " continue" if decoder.get("after_commit") == "continue" else ""
+    return f"PipeInfer{mode}{size}"
 
 
 def describe_hardware(config: dict[str, Any]) -> str:
     hw = config.get("hardware") or {}
     text = f"{hw.get('replicas', 1)}×{hw.get('gpu', '?')}"
-    return text + (f" TP{hw['tensor_parallel']}" if hw.get("tensor_parallel", 1) != 1 else "")
+    text += f" TP{hw['tensor_parallel']}" if hw.get("tensor_parallel", 1) != 1 else ""
+    return text + (f" PP{hw['pipeline_parallel']}" if hw.get("pipeline_parallel", 1) != 1 else "")
 
 
 def describe_scheduler(config: dict[str, Any]) -> str:

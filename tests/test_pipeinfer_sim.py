@@ -95,3 +95,22 @@ def test_a_wrong_draft_leaves_the_output_to_the_one_token_runs() -> None:
     assert "cancelled" in outcomes  # chained after a wrong draft, stopped on the way
     assert not (outcomes[kinds == "speculative"] == "committed").any()
     assert (np.array(runs["committed"])[kinds == "token"] == 1).all()
+
+
+def test_the_report_sets_the_three_policies_side_by_side(tmp_path) -> None:
+    from pathlib import Path
+
+    from reports.build import build_report
+    from workbench.cli import main
+    from workbench.store.db import ResultsStore
+
+    scenario = Path(__file__).resolve().parent.parent / "scenarios" / "pipeinfer_sim.yaml"
+    db = tmp_path / "p.duckdb"
+    assert main(["run", str(scenario), "--db", str(db), "--set", "workload.num_requests=2"]) == 0
+    with ResultsStore.open(db, read_only=True) as store:
+        build_report(store, None, tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    table = text[text.index("## Pipeline stages") :]
+    for label in ("| PipeInfer k=4 |", "| sync speculative k=4 |", "| pipeline |"):
+        assert label in table
+    assert "| 1.00 |" in table  # the plain pipeline against itself
