@@ -24,6 +24,7 @@ from typing import Literal, Protocol
 import torch
 
 from kernels import paged_attention, verification
+from kernels.errors import KernelUnavailable
 
 __all__ = [
     "KernelChoice",
@@ -36,10 +37,6 @@ __all__ = [
 
 KernelChoice = Literal["auto", "triton", "reference"]
 CHOICES: tuple[KernelChoice, ...] = ("auto", "triton", "reference")
-
-
-class KernelUnavailable(RuntimeError):
-    """The requested kernels cannot run on this machine or device."""
 
 
 class WriteKV(Protocol):

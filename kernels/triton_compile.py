@@ -36,7 +36,7 @@ from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 from triton.compiler import ASTSource, make_backend
 from triton.runtime.jit import create_function_from_signature
 
-from kernels.dispatch import KernelUnavailable
+from kernels.errors import KernelUnavailable
 from kernels.triton_attention import plan_paged_tree_attention
 from kernels.triton_cache import plan_copy_blocks, plan_write_kv
 from kernels.triton_runtime import INTERPRETED, KernelCall

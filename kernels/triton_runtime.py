@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.dispatch import KernelUnavailable
+from kernels.errors import KernelUnavailable
 
 __all__ = [
     "INTERPRETED",

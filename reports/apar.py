@@ -53,7 +53,7 @@ def branch_table(apar: list[RunData]) -> Table:
         rows=rows,
         note="Answer tokens / step: the reassembled answer's tokens (fork tokens and EOS left "
         "out) over the steps the request emitted in (a sequential answer: just under 1). "
-        "Saved: against a sequential answer of the same text (workbench/apar_metrics.py).",
+        "Saved: against a sequential answer of the same text (workbench/metrics/apar.py).",
         text_columns=2,
     )
 

@@ -14,8 +14,8 @@ import numpy as np
 from reports.labels import run_labels
 from reports.step_walls import StepWalls, step_walls
 from workbench import metrics
-from workbench.batch_metrics import Batches, find_batches
-from workbench.decoder_metrics import category_breakdown
+from workbench.metrics.batch import Batches, find_batches
+from workbench.metrics.decoder import category_breakdown
 from workbench.records import OutputRecords, StepRecords
 from workbench.scenario.system import SLOConfig
 from workbench.store import ResultsStore

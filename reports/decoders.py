@@ -11,9 +11,9 @@ from reports.collect import RunData
 from reports.content import Table
 from reports.matching import twin_is_calibrated, twin_pairs, vanilla_baseline
 from reports.tables import MISSING, format_number, run_name
-from workbench.decoder_metrics import MAX_POSITIONS
 from workbench.lossless import Lossless, lossless_verdict
 from workbench.metrics import Number
+from workbench.metrics.decoder import MAX_POSITIONS
 
 
 def decoder_tables(runs: list[RunData]) -> list[Table]:

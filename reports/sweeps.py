@@ -4,7 +4,7 @@ Runs belong to one curve when their configurations are equal but for the swept k
 arrival rate) and the paths that never change a result (`labels.IGNORED_ROOTS`): runs of
 two schedulers, say, make two curves even under one scenario name. At a rate run more than
 once the latest run is drawn. The knee of a curve is its highest rate before the first
-saturated run (`workbench.saturation`): the most it served while keeping up.
+saturated run (`workbench.metrics.saturation`): the most it served while keeping up.
 """
 
 from __future__ import annotations

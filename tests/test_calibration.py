@@ -12,8 +12,8 @@ from scenario_helpers import SCENARIOS
 
 from simulator.decoders.calibration import calibrate
 from simulator.run import simulate
-from workbench.decode_emissions import decode_emissions
 from workbench.errors import WorkbenchError
+from workbench.metrics.decode_emissions import decode_emissions
 from workbench.scenario.loader import load_scenario
 from workbench.store.db import ResultsStore
 

@@ -1,4 +1,4 @@
-"""Multi-token decoder metrics on hand-made records (`workbench.decoder_metrics`)."""
+"""Multi-token decoder metrics on hand-made records (`workbench.metrics.decoder`)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from burst_records import sequential_run
 from fixtures_records import RequestSpec, make_records
 
-from workbench.decoder_metrics import category_breakdown, decoder_summary
 from workbench.metrics import summarize
+from workbench.metrics.decoder import category_breakdown, decoder_summary
 
 # Output 14: the prefill's token, then decode steps emitting 1, 5, 5, 2 tokens with rooms
 # 12, 11, 6, 1 (k = 4: drafted 4, 4, 4, 1 = 13; accepted 0, 4, 4, 1 = 9).

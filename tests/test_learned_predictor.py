@@ -15,6 +15,7 @@ pytest.importorskip("transformers")
 
 from decoder_models import one_thread  # noqa: E402
 
+import real_backend.length_predictor.predictor  # noqa: E402, F401  (registers "learned")
 from real_backend.length_predictor.artifact import load_predictor  # noqa: E402
 from real_backend.length_predictor.features import prompt_features  # noqa: E402
 from real_backend.model.loading import load_checkpoint  # noqa: E402

@@ -3,9 +3,13 @@ are attached only for schedulers that use them."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
+from workbench.errors import WorkbenchError
 from workbench.scenario.admission import FcfsAdmission, ShortestPredictedAdmission
 from workbench.scenario.length_prediction import (
     ConstantPredictorConfig,
@@ -98,3 +102,29 @@ def test_given_predictions_are_kept() -> None:
     given = Workload(**{**w.__dict__, "predicted_tokens": np.arange(1, 6)})
     out = with_predictions(given, SequenceSchedulingConfig(kind="sequence_scheduling"), 0)
     assert np.array_equal(out.predicted_tokens, np.arange(1, 6))
+
+
+def test_an_unregistered_predictor_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workbench.scenario.length_prediction import LearnedPredictorConfig
+    from workbench.scheduling import length_predictors
+
+    monkeypatch.delitem(length_predictors.PREDICTORS, "learned", raising=False)
+    with pytest.raises(WorkbenchError, match="comes with the real backend") as error:
+        build_predictor(LearnedPredictorConfig(kind="learned"), 0)
+    assert error.value.field == "predictor.kind"
+
+
+def test_the_core_leaves_the_learned_predictor_to_the_real_backend_until_asked() -> None:
+    pytest.importorskip("torch")
+    check = """
+import sys
+from workbench.plugins import load_predictor_plugin
+from workbench.scenario.length_prediction import LearnedPredictorConfig
+from workbench.scenario.seqsched import SequenceSchedulingConfig
+from workbench.scheduling.length_predictors import PREDICTORS
+assert "learned" not in PREDICTORS and "real_backend" not in sys.modules
+learned = LearnedPredictorConfig(kind="learned")
+load_predictor_plugin(SequenceSchedulingConfig(kind="sequence_scheduling", predictor=learned))
+assert "learned" in PREDICTORS
+"""
+    subprocess.run([sys.executable, "-c", check], check=True)

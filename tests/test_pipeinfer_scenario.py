@@ -12,7 +12,7 @@ import pytest
 from workbench.errors import WorkbenchError
 from workbench.invariants import violations
 from workbench.metrics import summarize
-from workbench.pipeline_metrics import PIPELINE_SUMMARY_COLUMNS
+from workbench.metrics.pipeline import PIPELINE_SUMMARY_COLUMNS
 from workbench.runner import run_backend, with_model_source
 from workbench.scenario.loader import load_scenario
 from workbench.sweep import expand

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from workbench.errors import WorkbenchError
-from workbench.pipeline_metrics import PIPELINE_SUMMARY_COLUMNS, pipeline_summary, runs_in_flight
+from workbench.metrics.pipeline import PIPELINE_SUMMARY_COLUMNS, pipeline_summary, runs_in_flight
 from workbench.records import RunRecords
 
 pytest.importorskip("torch")

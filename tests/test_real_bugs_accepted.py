@@ -17,7 +17,7 @@ from real_backend.decoders.drafter import Drafter  # noqa: E402
 from real_backend.decoders.lookahead import LookaheadDecoder  # noqa: E402
 from real_backend.decoders.speculative import SpeculativeDecoder  # noqa: E402
 from real_backend.engine import RealEngine, ServeOptions  # noqa: E402
-from workbench.decoder_metrics import decoder_summary  # noqa: E402
+from workbench.metrics.decoder import decoder_summary  # noqa: E402
 from workbench.records import RunRecords  # noqa: E402
 from workbench.scenario.decoders import (  # noqa: E402
     LookaheadDecoderConfig,

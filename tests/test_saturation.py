@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from scenario_helpers import SCENARIOS
 
+from workbench.metrics.saturation import detect_saturation
 from workbench.records import RequestRecords
 from workbench.runner import run_scenario
-from workbench.saturation import detect_saturation
 from workbench.scenario.loader import load_scenario
 from workbench.store import ResultsStore
 from workbench.summary import RunHeader, format_summary

@@ -10,8 +10,8 @@ from fake_cost import LinearCost
 from seqsched_helpers import batch_workload, batches_of, drive, seq, seqsched
 
 from simulator.engine import Simulation
-from workbench.batch_metrics import batch_summary
 from workbench.errors import WorkbenchError
+from workbench.metrics.batch import batch_summary
 from workbench.scheduling.routing import RoundRobin
 
 

@@ -16,8 +16,8 @@ pytest.importorskip("transformers")
 
 from decoder_models import one_thread  # noqa: E402
 
-from workbench.batch_metrics import BATCH_METRICS  # noqa: E402
 from workbench.cli import main  # noqa: E402
+from workbench.metrics.batch import BATCH_METRICS  # noqa: E402
 
 one_thread = pytest.fixture(scope="module", autouse=True)(one_thread)
 

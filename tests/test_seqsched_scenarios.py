@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from reports.build import build_report
-from workbench.batch_metrics import BATCH_METRICS
 from workbench.cli import main
+from workbench.metrics.batch import BATCH_METRICS
 from workbench.store import ResultsStore
 
 SEQSCHED = Path(__file__).resolve().parent.parent / "scenarios" / "seqsched"

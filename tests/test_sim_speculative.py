@@ -9,8 +9,8 @@ from scenario_helpers import SCENARIOS, assert_records_identical, step_by_step
 
 from simulator.catalogs.models import get_model
 from simulator.run import replica_kv_blocks, simulate
-from workbench.decode_emissions import decode_emissions
 from workbench.errors import WorkbenchError
+from workbench.metrics.decode_emissions import decode_emissions
 from workbench.scenario.loader import load_scenario
 from workbench.scenario.scenario import Scenario
 

@@ -88,7 +88,7 @@ class Run:
 
     @property
     def saturated(self) -> bool:
-        """The engine did not keep up with the arrivals (`workbench.saturation`)."""
+        """The engine did not keep up with the arrivals (`workbench.metrics.saturation`)."""
         return bool(self.summary.get("saturated"))
 
     def requests(self) -> pl.DataFrame:

@@ -21,7 +21,8 @@ from real_backend.length_predictor.heads import LengthHead
 from real_backend.model.loading import load_checkpoint
 from real_backend.model.transformer import Transformer
 from workbench.errors import WorkbenchError
-from workbench.scheduling.length_predictors import LengthPredictor
+from workbench.scenario.length_prediction import LearnedPredictorConfig
+from workbench.scheduling.length_predictors import LengthPredictor, register_predictor
 from workbench.workload.requests import Workload
 
 DEFAULT_FOLDER = "length_predictor"  # beside a zoo model's target/ and draft/
@@ -72,3 +73,10 @@ def load_learned_predictor(path: Path | None, checkpoint: Path | None) -> Learne
             field="model.digest",
         )
     return LearnedPredictor(head, load_checkpoint(model_folder))
+
+
+def _learned(cfg: LearnedPredictorConfig, seed: int, checkpoint: Path | None) -> LearnedPredictor:
+    return load_learned_predictor(cfg.path, checkpoint)
+
+
+register_predictor("learned", _learned)

@@ -1,6 +1,6 @@
 """Every run's fate, for the records: launched when, back when, what became of it, and what
 each stage spent on it. Stored in the run's `info["pipeline_runs"]` as JSON columns, from
-which `workbench.pipeline_metrics` derives counts, wasted stage time and runs in flight."""
+which `workbench.metrics.pipeline` derives counts, wasted stage time and runs in flight."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`decoder.calibrate_from`: a step model's distribution measured on a stored run.
 
-The run's decode emissions (`workbench.decode_emissions`: the prefill's emission of each
+The run's decode emissions (`workbench.metrics.decode_emissions`: the prefill's emission of each
 request left out) give tokens per sequence and decode step. Emissions a sequence's output
 length capped (room below the run's decoder headroom K: k drafts, a tree's depth, N − 1 for
 lookahead) are left out too, so the histogram is the decoder's own, uncapped: the simulator
@@ -18,8 +18,8 @@ import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
 from simulator.decoders import lookahead, speculative
-from workbench.decode_emissions import decode_emissions
 from workbench.errors import WorkbenchError
+from workbench.metrics.decode_emissions import decode_emissions
 from workbench.scenario.decoders import DecoderConfig, SpeculativeDecoderConfig
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ at once, before the run, so they are fixed by the scenario seed and identical on
 backends; a policy reads them from `Sequence.predicted_tokens`. The noisy oracle draws
 from its own generator, `component_rng(seed, "length_predictor")`, in request order.
 The learned predictor (`real_backend/length_predictor/`) runs the served model's
-checkpoint over each prompt: it is imported only when asked for, as it needs torch.
+checkpoint over each prompt: the real backend registers it, as it needs torch.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import numpy as np
 from workbench.errors import WorkbenchError
 from workbench.scenario.length_prediction import (
     ConstantPredictorConfig,
-    LearnedPredictorConfig,
     NoisyOraclePredictorConfig,
     PredictorConfig,
 )
@@ -87,31 +86,33 @@ def _constant(cfg: ConstantPredictorConfig, seed: int, checkpoint: Path | None) 
     return ConstantPredictor(cfg.value)
 
 
-def _learned(cfg: LearnedPredictorConfig, seed: int, checkpoint: Path | None) -> LengthPredictor:
-    try:
-        from real_backend.length_predictor.predictor import load_learned_predictor
-    except ImportError as exc:
-        raise WorkbenchError(
-            f"the learned predictor runs the served model and needs torch ({exc.name} is "
-            "missing): pip install -e '.[real]' -c constraints.txt",
-            field="predictor",
-        ) from None
-    return load_learned_predictor(cfg.path, checkpoint)
+PredictorFactory = Callable[[Any, int, Path | None], LengthPredictor]
 
-
-# (config, scenario seed, the served model's checkpoint folder or None) → predictor
-PREDICTORS: dict[str, Callable[[Any, int, Path | None], LengthPredictor]] = {
+# (config, scenario seed, the served model's checkpoint folder or None) → predictor.
+# Backends add theirs with `register_predictor`: the real backend adds "learned" when
+# `real_backend.length_predictor.predictor` is imported (`workbench.plugins` does so on demand).
+PREDICTORS: dict[str, PredictorFactory] = {
     "oracle": lambda cfg, seed, checkpoint: OraclePredictor(),
     "constant": _constant,
     "noisy_oracle": _noisy,
-    "learned": _learned,
 }
+
+
+def register_predictor(kind: str, factory: PredictorFactory) -> None:
+    PREDICTORS[kind] = factory
 
 
 def build_predictor(
     cfg: PredictorConfig, seed: int, checkpoint: Path | None = None
 ) -> LengthPredictor:
-    return PREDICTORS[cfg.kind](cfg, seed, checkpoint)
+    factory = PREDICTORS.get(cfg.kind)
+    if factory is None:
+        raise WorkbenchError(
+            f"the {cfg.kind} predictor comes with the real backend, which is not loaded "
+            "(pip install -e '.[real]' -c constraints.txt)",
+            field="predictor.kind",
+        )
+    return factory(cfg, seed, checkpoint)
 
 
 def scheduler_predictor(cfg: SchedulerConfig) -> PredictorConfig | None:

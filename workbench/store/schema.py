@@ -29,12 +29,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.apar_metrics import APAR_SUMMARY_COLUMNS
-from workbench.batch_metrics import BATCH_METRICS
-from workbench.decoder_metrics import MAX_POSITIONS
 from workbench.metrics import LATENCY_METRICS, STATISTICS
-from workbench.pipeline_metrics import PIPELINE_SUMMARY_COLUMNS
-from workbench.saturation import SATURATION_KEYS
+from workbench.metrics.apar import APAR_SUMMARY_COLUMNS
+from workbench.metrics.batch import BATCH_METRICS
+from workbench.metrics.decoder import MAX_POSITIONS
+from workbench.metrics.pipeline import PIPELINE_SUMMARY_COLUMNS
+from workbench.metrics.saturation import SATURATION_KEYS
 
 SCHEMA_VERSION = 8
 # The oldest schema a read-only store reads as it is: since then only columns were added,

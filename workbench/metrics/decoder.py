@@ -5,7 +5,7 @@ Both backends record per step `decode_tokens` (decoding sequences), `drafted_tok
 step's candidate n-grams), `accepted_tokens` (tokens they emitted beyond one each) and
 `verified_tokens` (tokens the target computed for them: one each, the drafts, and a
 lookahead step's Jacobi window too).
-Decode emissions (`workbench.decode_emissions`) give tokens per sequence-step.
+Decode emissions (`workbench.metrics.decode_emissions`) give tokens per sequence-step.
 
 - acceptance_rate: accepted / drafted tokens, over all steps.
 - mean_accepted_tokens: accepted tokens per decode sequence-step.
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.decode_emissions import DecodeEmissions, decode_emissions
+from workbench.metrics.decode_emissions import DecodeEmissions, decode_emissions
 from workbench.records import RunRecords
 
 MAX_POSITIONS = 16

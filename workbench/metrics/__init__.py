@@ -14,14 +14,14 @@ same `RunRecords`, so a simulated and a real run are measured by one definition:
 - Percentiles: linear interpolation, identical to numpy's default and DuckDB `quantile_cont`;
   `median` always, then `p{q}` for each requested percentile (default 90 and 99, the
   columns the results store keeps; `--percentiles` picks others, as vLLM's bench does).
-- Saturation (`workbench.saturation`): whether the records show an overloaded engine.
+- Saturation (`workbench.metrics.saturation`): whether the records show an overloaded engine.
 
 Key names follow vLLM's benchmark (`mean_ttft_ms`, `p99_tpot_ms`, `request_goodput`...).
 Runs of static-batch schedulers (the run's `info["scheduler"]`) also get the sequence-
-scheduling paper's metrics, `effective_token_ratio` and co. (`workbench.batch_metrics`);
-runs that drafted tokens get acceptance and tokens per step (`workbench.decoder_metrics`);
+scheduling paper's metrics, `effective_token_ratio` and co. (`workbench.metrics.batch`);
+runs that drafted tokens get acceptance and tokens per step (`workbench.metrics.decoder`);
 pipeline runs get runs launched/cancelled, wasted stage time, runs in flight
-(`workbench.pipeline_metrics`).
+(`workbench.metrics.pipeline`).
 Everything is vectorised numpy: ITL is never expanded to one row per token.
 """
 
@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.apar_metrics import apar_summary, has_branches
-from workbench.batch_metrics import STATIC_BATCH_SCHEDULERS, batch_summary
-from workbench.decoder_metrics import decoder_summary, drafted_anything
 from workbench.errors import WorkbenchError
-from workbench.pipeline_metrics import has_pipeline_runs, pipeline_summary
+from workbench.metrics.apar import apar_summary, has_branches
+from workbench.metrics.batch import STATIC_BATCH_SCHEDULERS, batch_summary
+from workbench.metrics.decoder import decoder_summary, drafted_anything
+from workbench.metrics.pipeline import has_pipeline_runs, pipeline_summary
+from workbench.metrics.saturation import detect_saturation
 from workbench.records import EmissionSpans, RunRecords, StepRecords
-from workbench.saturation import detect_saturation
 from workbench.scenario.system import SLOConfig
 
 # Latency metrics in the order vLLM prints them; statistic prefixes of each.
