@@ -90,6 +90,9 @@ class KernelSet:
     paged_tree_attention: PagedTreeAttention
     greedy_verify: GreedyVerify
     max_tree_nodes: int | None  # most nodes (root included) greedy_verify takes as a tree
+    # Attention reads every sequence's KV as long as the batch's widest block table (the
+    # reference gathers whole tables); the Triton kernel reads each sequence's own blocks.
+    pads_attention: bool
 
 
 def reference_kernels() -> KernelSet:
@@ -100,6 +103,7 @@ def reference_kernels() -> KernelSet:
         paged_tree_attention=paged_attention.paged_tree_attention,
         greedy_verify=verification.greedy_verify,
         max_tree_nodes=None,
+        pads_attention=True,
     )
 
 
@@ -120,6 +124,7 @@ def triton_kernels() -> KernelSet:
         paged_tree_attention=triton_attention.paged_tree_attention,
         greedy_verify=triton_verification.greedy_verify,
         max_tree_nodes=triton_verification.MAX_TREE_NODES,
+        pads_attention=False,
     )
 
 

@@ -153,9 +153,12 @@ class SimReplica:
                 prefill_context_tokens=tuple(c.context_tokens for c in plan.prefills),
                 decode_batch_size=plan.decode_batch_size,
                 decode_context_sum=plan.decode_context_sum,
+                decode_context_max=plan.decode_context_max,
             )
             return np.array([self.cost_model.step_time_s(work)])
-        return self.cost_model.decode_span_s(plan.decode_batch_size, plan.decode_context_sum, steps)
+        return self.cost_model.decode_span_s(
+            plan.decode_batch_size, plan.decode_context_sum, steps, plan.decode_context_max
+        )
 
     def _arm(self, end_s: float) -> None:
         self._generation += 1

@@ -80,6 +80,7 @@ def points_of(works: list[StepWork], seconds: list[float], probe: str = "p") -> 
             prefill_context_tokens=w.prefill_context_tokens,
             decode_batch_size=w.decode_batch_size,
             decode_context_sum=w.decode_context_sum,
+            decode_context_max=w.decode_context_max,
             decode_extra_tokens=w.decode_extra_tokens,
             decode_extra_context_sum=w.decode_extra_context_sum,
             forward_s=0.9 * s,

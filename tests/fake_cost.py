@@ -35,6 +35,8 @@ class LinearCost(CostModel):
             + self.per_context_s * (keys + work.decode_context_sum)
         )
 
-    def decode_span_s(self, batch_size: int, context_sum: int, n_steps: int) -> np.ndarray:
+    def decode_span_s(
+        self, batch_size: int, context_sum: int, n_steps: int, context_max: int = 0
+    ) -> np.ndarray:
         sums = context_sum + batch_size * np.arange(n_steps)  # (n_steps,)
         return self._decode(batch_size, sums.astype(np.float64))

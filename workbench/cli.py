@@ -372,7 +372,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         else:
             resumed = f", {len(outcome.skipped)} stored before" if outcome.skipped else ""
             print(f"{profile.describe()}: measured {len(outcome.measured)} probes{resumed}")
-        model = CalibratedCostModel(fit_profile(points), profile)
+        model = CalibratedCostModel(fit_profile(points, profile), profile)
         print(f"{len(points)} steps in {store.path}; fit (|predicted / measured − 1|):")
         for kind, (n, median, p90, total) in fit_errors(model, points).items():
             print(

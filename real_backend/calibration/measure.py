@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from kernels.dispatch import select_kernels
 from real_backend.calibration.grid import BLOCK_SIZE, Grid, Probe, get_grid
 from real_backend.calibration.probe_engine import ProfilingEngine, probe_points
 from real_backend.calibration.verify_probe import VerifyWidthProbe
@@ -147,6 +148,8 @@ def _conditions(profile: Profile) -> tuple[object, ...]:
 def _new_profile(target: CalibrationTarget, grid: Grid, name: str, args: ModelArgs) -> Profile:
     from workbench.runner import git_sha, package_versions  # no backend import there
 
+    kernels = select_kernels("auto", target.device)  # what `load_checkpoint`'s model runs
+
     return Profile(
         name=name,
         model=target.model,
@@ -161,7 +164,12 @@ def _new_profile(target: CalibrationTarget, grid: Grid, name: str, args: ModelAr
         versions=package_versions(),
         git_sha=git_sha(),
         created_at=time.time(),
-        info={"load_average_at_start": _load_average(), "platform": platform.platform()},
+        info={
+            "load_average_at_start": _load_average(),
+            "platform": platform.platform(),
+            "kernels": kernels.name,
+            "decode_attention": "padded" if kernels.pads_attention else "exact",
+        },
     )
 
 

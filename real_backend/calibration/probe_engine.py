@@ -31,6 +31,7 @@ class StepShape:
     prefill_context_tokens: tuple[int, ...]
     decode_batch_size: int
     decode_context_sum: int
+    decode_context_max: int
     decode_extra_tokens: int
     decode_extra_context_sum: int
 
@@ -75,6 +76,7 @@ class ProfilingEngine(RealEngine):
                 prefill_context_tokens=tuple(c.context_tokens for c in plan.prefills),
                 decode_batch_size=plan.decode_batch_size,
                 decode_context_sum=plan.decode_context_sum,
+                decode_context_max=plan.decode_context_max,
                 decode_extra_tokens=extra,
                 decode_extra_context_sum=extra_context_sum(
                     per_sequence, plan.decode_batch_size, plan.decode_context_sum
@@ -96,6 +98,7 @@ def probe_points(probe: str, shapes: list[StepShape], steps: StepRecords) -> lis
             prefill_context_tokens=shape.prefill_context_tokens,
             decode_batch_size=shape.decode_batch_size,
             decode_context_sum=shape.decode_context_sum,
+            decode_context_max=shape.decode_context_max,
             decode_extra_tokens=shape.decode_extra_tokens,
             decode_extra_context_sum=shape.decode_extra_context_sum,
             forward_s=float(steps.duration_s[i]),

@@ -14,7 +14,9 @@ class StepWork:
 
     A prefill chunk of `c` tokens for a sequence whose KV already holds `p` tokens attends
     to `p + c` keys (causal inside the chunk). A decode token of a sequence whose KV then
-    holds `k` tokens (itself included) attends to `k` keys.
+    holds `k` tokens (itself included) attends to `k` keys. An engine whose decode attention
+    pads every sequence to the batch's longest KV (the real backend's reference kernel on
+    CPU) reads `decode_batch_size × decode_context_max` keys instead (`padded_decode_keys`).
 
     A multi-token decoder (speculative verification, lookahead) computes more tokens per
     decoding sequence: `decode_extra_tokens` beyond the one each, every one attending to the
@@ -26,12 +28,18 @@ class StepWork:
     prefill_context_tokens: tuple[int, ...] = ()  # per prefilling sequence: KV before chunk
     decode_batch_size: int = 0  # sequences decoding one token each
     decode_context_sum: int = 0  # sum over decode sequences of KV length incl. the new token
+    decode_context_max: int = 0  # the longest of those lengths (0: not known, taken as equal)
     decode_extra_tokens: int = 0  # Σ tokens decodes compute beyond their one (drafts, window)
     decode_extra_context_sum: int = 0  # Σ over those tokens of the keys each attends to
 
     @property
     def num_tokens(self) -> int:
         return sum(self.prefill_chunk_tokens) + self.decode_batch_size + self.decode_extra_tokens
+
+    @property
+    def padded_decode_keys(self) -> int:
+        """Keys a padding decode attention reads: every sequence as long as the longest."""
+        return max(self.decode_context_sum, self.decode_batch_size * self.decode_context_max)
 
 
 class CostModel(ABC):
@@ -42,13 +50,14 @@ class CostModel(ABC):
         """Duration of one step."""
 
     @abstractmethod
-    def decode_span_s(self, batch_size: int, context_sum: int, n_steps: int) -> np.ndarray:
+    def decode_span_s(
+        self, batch_size: int, context_sum: int, n_steps: int, context_max: int = 0
+    ) -> np.ndarray:
         """Durations of `n_steps` consecutive decode-only steps of `batch_size` sequences.
 
-        Step i (from 0) has `decode_context_sum = context_sum + i * batch_size`. Element i must
-        equal `step_time_s(StepWork(decode_batch_size=batch_size,
-        decode_context_sum=context_sum + i * batch_size))` bit for bit: the simulator's bulk
-        stepping relies on it.
+        Step i (from 0) has `decode_context_sum = context_sum + i * batch_size` and
+        `decode_context_max = context_max + i` (0 stays 0: not known). Element i must equal
+        `step_time_s` of that StepWork bit for bit: the simulator's bulk stepping relies on it.
         """
 
 
@@ -59,18 +68,30 @@ class SplitCostModel(CostModel):
 
     def step_time_s(self, work: StepWork) -> float:
         if not work.prefill_chunk_tokens and not work.decode_extra_tokens:
-            contexts = np.array([float(work.decode_context_sum)])
-            return float(self._decode_times_s(work.decode_batch_size, contexts)[0])
+            sums = np.array([float(work.decode_context_sum)])
+            maxes = np.array([float(work.decode_context_max)])
+            keys = self._decode_keys(work.decode_batch_size, sums, maxes)
+            return float(self._decode_times_s(work.decode_batch_size, keys)[0])
         return self._mixed_time_s(work)
 
-    def decode_span_s(self, batch_size: int, context_sum: int, n_steps: int) -> np.ndarray:
+    def decode_span_s(
+        self, batch_size: int, context_sum: int, n_steps: int, context_max: int = 0
+    ) -> np.ndarray:
         steps = np.arange(n_steps, dtype=np.int64)
-        contexts = (context_sum + steps * batch_size).astype(np.float64)  # (n_steps,)
-        return self._decode_times_s(batch_size, contexts)
+        sums = (context_sum + steps * batch_size).astype(np.float64)  # (n_steps,)
+        maxes = (context_max + steps if context_max else 0 * steps).astype(np.float64)
+        return self._decode_times_s(batch_size, self._decode_keys(batch_size, sums, maxes))
+
+    def _decode_keys(
+        self, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
+    ) -> np.ndarray:
+        """The keys a decode-only step's attention reads, by which it is priced: the context
+        sum, unless the modelled engine pads (elementwise, like `_decode_times_s`)."""
+        return context_sums
 
     @abstractmethod
     def _decode_times_s(self, batch_size: int, context_sums: np.ndarray) -> np.ndarray:
-        """Durations of decode-only steps, one per context sum (elementwise arithmetic)."""
+        """Durations of decode-only steps, one per count of keys read (elementwise arithmetic)."""
 
     @abstractmethod
     def _mixed_time_s(self, work: StepWork) -> float:

@@ -49,13 +49,22 @@ def step_work(point: ProfilePoint) -> StepWork:
         prefill_context_tokens=point.prefill_context_tokens,
         decode_batch_size=point.decode_batch_size,
         decode_context_sum=point.decode_context_sum,
+        decode_context_max=point.decode_context_max,
         decode_extra_tokens=point.decode_extra_tokens,
         decode_extra_context_sum=point.decode_extra_context_sum,
     )
 
 
-def fit_profile(points: list[ProfilePoint]) -> StepCostFit:
-    return fit_step_costs([step_work(p) for p in points], [p.step_s for p in points])
+def fit_profile(points: list[ProfilePoint], profile: Profile | None = None) -> StepCostFit:
+    works = [step_work(p) for p in points]
+    padded = profile is not None and pads_decode_attention(profile)
+    return fit_step_costs(works, [p.step_s for p in points], padded_decode=padded)
+
+
+def pads_decode_attention(profile: Profile) -> bool:
+    """Whether the profiled engine's decode attention pads to the batch's longest context
+    (recorded since schema 9; older profiles are fitted by the context sum, as they were)."""
+    return profile.info.get("decode_attention") == "padded"
 
 
 class CalibratedCostModel(SplitCostModel):
@@ -63,6 +72,13 @@ class CalibratedCostModel(SplitCostModel):
         self.fit = fit
         self.profile = profile
         self._terms = fit.terms
+
+    def _decode_keys(
+        self, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
+    ) -> np.ndarray:
+        if not self.fit.padded_decode:
+            return context_sums
+        return np.maximum(context_sums, float(batch_size) * context_maxes)
 
     def _decode_times_s(self, batch_size: int, context_sums: np.ndarray) -> np.ndarray:
         base = float(self.fit.curves["decode"](float(batch_size))[0])
@@ -73,7 +89,7 @@ class CalibratedCostModel(SplitCostModel):
         if work.decode_batch_size:
             curve = "verify" if work.decode_extra_tokens else "decode"
             tokens = work.decode_batch_size + work.decode_extra_tokens
-            keys = work.decode_context_sum + work.decode_extra_context_sum
+            keys = self.fit.decode_keys(work)
             seconds += (
                 float(self._curve(curve)(float(tokens))[0]) + self._terms[f"a_{curve}"] * keys
             )
@@ -103,7 +119,7 @@ def build_calibrated(
     assert isinstance(cfg, CalibratedCostConfig)
     profile, points = load_profile(cfg, store)
     check_profile(profile, scenario, model, cfg)
-    fit = fit_profile(points)
+    fit = fit_profile(points, profile)
     check_kinds(fit, scenario, _profile_source(cfg, store))
     return CalibratedCostModel(fit, profile)
 

@@ -10,10 +10,12 @@ a cost per attention key:
     prefill  h_prefill(N) + a_prefill · K + c_chunk · (chunks − 1)
     mixed    the decode (or verify) part + the prefill part + m_mixed
 
-B decoding sequences whose KV lengths sum to S; X extra tokens computed for them (drafts,
-windows) attending to S_x keys; N prompt tokens in the chunks, attending to K keys (a chunk
-of c tokens after p cached ones: c·p + c(c+1)/2, causal); m_mixed the per-step work a mixed
-step does once and the two parts would count twice (negative then), or its extra forward.
+B decoding sequences whose KV lengths sum to S (B × the longest where the engine's decode
+attention pads every sequence to the longest, as the reference kernel does); X extra
+tokens computed for them (drafts, windows) attending to S_x keys; N prompt tokens in the
+chunks, attending to K keys (a chunk of c tokens after p cached ones: c·p + c(c+1)/2,
+causal); m_mixed the per-step work a mixed step does once and the two parts would count
+twice (negative then), or its extra forward.
 The curves h are piecewise linear between knots at powers of two of the token count (the
 CPU's and GPU's matrix kernels change regime with the row count; a line through them
 does not), never decreasing (more tokens never cost less; noise would otherwise bend them),
@@ -69,6 +71,12 @@ class StepCostFit:
     points_used: int = 0
     points_dropped: int = 0  # outliers left out of the last fit
     kinds: tuple[str, ...] = field(default=())  # step kinds the profile measured
+    padded_decode: bool = False  # decode keys counted as B × the longest context
+
+    def decode_keys(self, work: StepWork) -> int:
+        """The keys the decode (or verify) part of `work` is priced by."""
+        padded = work.padded_decode_keys if self.padded_decode else work.decode_context_sum
+        return padded + work.decode_extra_context_sum
 
 
 def work_kind(work: StepWork) -> str:
@@ -95,9 +103,10 @@ class _Columns:
     offsets: dict[str, int]  # curve → first column of its knot values
     terms: dict[str, int]  # scalar term → its column
     size: int
+    padded_decode: bool
 
     @classmethod
-    def for_works(cls, works: list[StepWork], kinds: set[str]) -> _Columns:
+    def for_works(cls, works: list[StepWork], kinds: set[str], padded_decode: bool) -> _Columns:
         knots = {name: _knots(_curve_tokens(works, name)) for name in _curves_needed(kinds)}
         offsets, column = {}, 0
         for name, k in knots.items():
@@ -105,7 +114,7 @@ class _Columns:
         terms = {}
         for name in _terms_needed(kinds):
             terms[name], column = column, column + 1
-        return cls(knots, offsets, terms, column)
+        return cls(knots, offsets, terms, column, padded_decode)
 
 
 def _curves_needed(kinds: set[str]) -> list[str]:
@@ -188,8 +197,8 @@ def _fill_row(row: np.ndarray, work: StepWork, columns: _Columns) -> None:
         curve = _decode_curve(work)
         tokens = work.decode_batch_size + work.decode_extra_tokens
         _curve_into(row, columns, curve, tokens)
-        keys = work.decode_context_sum + work.decode_extra_context_sum
-        row[columns.terms[f"a_{curve}"]] += keys
+        padded = work.padded_decode_keys if columns.padded_decode else work.decode_context_sum
+        row[columns.terms[f"a_{curve}"]] += padded + work.decode_extra_context_sum
     if work.prefill_chunk_tokens:
         _curve_into(row, columns, "prefill", sum(work.prefill_chunk_tokens))
         row[columns.terms["a_prefill"]] += prefill_keys(work)
@@ -212,13 +221,16 @@ def _curve_into(row: np.ndarray, columns: _Columns, curve: str, tokens: float) -
 # ---------------------------------------------------------------- the fit
 
 
-def fit_step_costs(works: list[StepWork], seconds: Iterable[float]) -> StepCostFit:
-    """Fit the model to measured steps (`works[i]` took `seconds[i]`)."""
+def fit_step_costs(
+    works: list[StepWork], seconds: Iterable[float], *, padded_decode: bool = False
+) -> StepCostFit:
+    """Fit the model to measured steps (`works[i]` took `seconds[i]`); `padded_decode`: the
+    engine's decode attention reads every sequence as long as the batch's longest."""
     measured = np.asarray(list(seconds), dtype=np.float64)  # (n,)
     if len(works) != len(measured) or not len(works):
         raise ValueError("one measured duration per step, at least one step")
     kinds = {work_kind(work) for work in works}
-    columns = _Columns.for_works(works, kinds)
+    columns = _Columns.for_works(works, kinds, padded_decode)
     design = _design(works, columns)  # (n, params)
     kept = np.isfinite(measured) & (measured > 0)
     params = _solve(design[kept], measured[kept], measured[kept], columns)
@@ -288,4 +300,4 @@ def _as_fit(
     }
     terms = {name: float(params[column]) for name, column in columns.terms.items()}
     ordered = tuple(kind for kind in KINDS if kind in kinds)
-    return StepCostFit(curves, terms, used, dropped, ordered)
+    return StepCostFit(curves, terms, used, dropped, ordered, columns.padded_decode)

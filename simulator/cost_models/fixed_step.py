@@ -20,5 +20,7 @@ class FixedStepCostModel(CostModel):
     def step_time_s(self, work: StepWork) -> float:
         return self.step_s
 
-    def decode_span_s(self, batch_size: int, context_sum: int, n_steps: int) -> np.ndarray:
+    def decode_span_s(
+        self, batch_size: int, context_sum: int, n_steps: int, context_max: int = 0
+    ) -> np.ndarray:
         return np.full(n_steps, self.step_s)

@@ -98,13 +98,15 @@ class DraftCache:
         if bool(np.all(forwards[drafting] == longest)):
             n = int(drafting.sum())
             context = int(tokens[drafting].sum()) + n  # KV incl. the new token, 2nd forward
-            return float(self.cost_model.decode_span_s(n, context, longest - 1).sum())
+            widest = int(tokens[drafting].max()) + 1
+            return float(self.cost_model.decode_span_s(n, context, longest - 1, widest).sum())
         time_s = 0.0
         for j in range(1, longest):
             active = forwards > j
             work = StepWork(
                 decode_batch_size=int(active.sum()),
                 decode_context_sum=int(tokens[active].sum()) + j * int(active.sum()),
+                decode_context_max=int(tokens[active].max()) + j,
             )
             time_s += self.cost_model.step_time_s(work)
         return time_s
@@ -119,5 +121,6 @@ class DraftCache:
             prefill_context_tokens=tuple(before[multi].tolist()),
             decode_batch_size=int(single.sum()),
             decode_context_sum=int(before[single].sum()) + int(single.sum()),
+            decode_context_max=int(before[single].max(initial=-1)) + 1,
         )
         return self.cost_model.step_time_s(work)

@@ -71,6 +71,7 @@ class MultiTokenStepper:
             prefill_context_tokens=tuple(c.context_tokens for c in plan.prefills),
             decode_batch_size=plan.decode_batch_size,
             decode_context_sum=plan.decode_context_sum,
+            decode_context_max=plan.decode_context_max,
             decode_extra_tokens=int(extra.sum()),
             decode_extra_context_sum=int(np.dot(extra, context) + (extra * (extra + 1)).sum() // 2),
         )

@@ -270,6 +270,7 @@ class ContinuousBatching(BatchPolicy):
             prefills=chunks,
             decode_batch_size=size,
             decode_context_sum=self.decoding.context_sum(self.step),
+            decode_context_max=self.decoding.context_max(self.step),
             emitting=size + sum(c.tokens == c.seq.prefill_remaining for c in chunks),
             kv_blocks_used=used,
             preempted=preempted,

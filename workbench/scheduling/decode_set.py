@@ -3,8 +3,9 @@
 Every engine step of a continuous-batching replica includes every sequence of its decode
 set, so a member's progress is a function of the replica's step counter `D`: after entering
 at `entry_step` with `entry_computed` cached tokens, it has `entry_computed + D - entry_step`.
-Aggregates (size, context sum, block demand per step, next finish) are kept incrementally,
-so advancing by any number of steps is O(block_size), not O(batch) per step.
+Aggregates (size, context sum and longest context, block demand per step, next finish) are
+kept incrementally, so advancing by any number of steps is O(block_size), not O(batch) per
+step.
 
 A multi-token decoder (speculative, lookahead) writes up to `1 + lookahead_slots` KV entries
 per member and step, and a member may emit extra tokens (`advance`). Each member then holds
@@ -33,6 +34,9 @@ class DecodeSet:
         self.residue_counts = np.zeros(block_size, dtype=np.int64)  # (block_size,)
         self._offset_sum = 0  # Σ (entry_computed − entry_step)
         self._finish_heap: list[tuple[int, int]] = []  # (step counter after last step, id)
+        # (−offset, id), offset = entry_computed − entry_step: the longest member on top;
+        # entries of departed members, or of an offset since moved by `advance`, go stale.
+        self._offset_heap: list[tuple[int, int]] = []
 
     def __len__(self) -> int:
         return len(self.members)
@@ -46,6 +50,7 @@ class DecodeSet:
         self.members[seq.request_id] = seq
         self.residue_counts[self.residue(seq)] += 1
         self._offset_sum += seq.computed - step
+        heapq.heappush(self._offset_heap, (step - seq.computed, seq.request_id))
         finish_at = step + seq.output_tokens - seq.generated
         heapq.heappush(self._finish_heap, (finish_at, seq.request_id))
         return self._held_blocks(seq, seq.computed) - seq.blocks
@@ -59,6 +64,7 @@ class DecodeSet:
         seq.entry_generated += extra
         self.residue_counts[self.residue(seq)] += 1
         self._offset_sum += extra
+        heapq.heappush(self._offset_heap, (seq.entry_step - seq.entry_computed, seq.request_id))
         finish_at = seq.entry_step + seq.output_tokens - seq.entry_generated
         heapq.heappush(self._finish_heap, (finish_at, seq.request_id))  # the old entry goes stale
         return self._held_blocks(seq, seq.entry_computed + step - seq.entry_step) - before
@@ -88,6 +94,18 @@ class DecodeSet:
     def context_sum(self, step: int) -> int:
         """Σ KV length including the new token, for the step run at counter `step`."""
         return self._offset_sum + len(self.members) * (step + 1)
+
+    def context_max(self, step: int) -> int:
+        """The longest member's KV length including the new token, at counter `step` (0 when
+        empty)."""
+        heap = self._offset_heap
+        while heap and self._offset_stale(heap[0]):
+            heapq.heappop(heap)
+        return -heap[0][0] + step + 1 if heap else 0
+
+    def _offset_stale(self, entry: tuple[int, int]) -> bool:
+        seq = self.members.get(entry[1])
+        return seq is None or -entry[0] != seq.entry_computed - seq.entry_step
 
     def block_demand_at(self, step: int) -> int:
         """New blocks needed by the one step run at counter `step`."""

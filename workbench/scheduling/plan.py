@@ -32,6 +32,7 @@ class StepPlan:
     decode_batch_size: int  # sequences computing one decode token (padding slots included)
     decode_context_sum: int  # Σ KV length incl. the new token over decode slots, first step;
     # each repeated step adds one key per decode slot
+    decode_context_max: int  # the longest of those lengths, first step (+1 per repeat)
     emitting: int  # sequences that emit a token at the end of each repeated decode step
     kv_blocks_used: np.ndarray  # (repeatable_steps,) blocks in use during each step
     preempted: list[Sequence] = field(default_factory=list)  # evicted while planning

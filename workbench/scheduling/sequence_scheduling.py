@@ -226,6 +226,7 @@ class SequenceScheduling(BatchPolicy):
             prefills=prefills,
             decode_batch_size=decode_slots,
             decode_context_sum=context_sum,
+            decode_context_max=context_sum // slots if decode_slots else 0,  # slots are padded
             emitting=len(batch.live),
             kv_blocks_used=np.full(repeat, self.used_blocks, dtype=np.int64),
             preempted=preempted,

@@ -127,6 +127,7 @@ class StaticBatching(BatchPolicy):
             prefills=chunks,
             decode_batch_size=decode_slots,
             decode_context_sum=context_sum,
+            decode_context_max=context_sum // decode_slots if decode_slots else 0,  # padded slots
             emitting=len(self.live),
             kv_blocks_used=np.full(repeat, self.used_blocks, dtype=np.int64),
             repeatable_steps=repeat,

@@ -24,6 +24,15 @@ import duckdb
 from workbench.errors import WorkbenchError
 from workbench.store.schema import POINT_COLUMNS, PROFILE_COLUMNS
 
+INTEGER_FIELDS = (
+    "step",
+    "decode_batch_size",
+    "decode_context_sum",
+    "decode_context_max",
+    "decode_extra_tokens",
+    "decode_extra_context_sum",
+)
+
 
 @dataclass(frozen=True)
 class ProfilePoint:
@@ -42,6 +51,7 @@ class ProfilePoint:
     decode_extra_context_sum: int
     forward_s: float
     step_s: float
+    decode_context_max: int = 0  # 0 in profiles measured before schema 9: not known
 
     @property
     def kind(self) -> str:
@@ -58,12 +68,11 @@ class ProfilePoint:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> ProfilePoint:
-        values = {f.name: row[f.name] for f in fields(cls)}
+        values = {f.name: row[f.name] for f in fields(cls) if f.name != "decode_context_max"}
         for name in ("prefill_chunk_tokens", "prefill_context_tokens"):
             values[name] = tuple(int(n) for n in str(values[name] or "").split())
-        for name in ("step", "decode_batch_size", "decode_context_sum"):
-            values[name] = int(values[name])
-        for name in ("decode_extra_tokens", "decode_extra_context_sum"):
+        values["decode_context_max"] = row.get("decode_context_max") or 0  # older CSVs lack it
+        for name in INTEGER_FIELDS:
             values[name] = int(values[name])
         return cls(**values)
 
@@ -153,7 +162,9 @@ def select_profiles(con: duckdb.DuckDBPyConnection) -> list[Profile]:
 
 
 def select_points(con: duckdb.DuckDBPyConnection, profile_id: str) -> list[ProfilePoint]:
-    names = ", ".join(POINT_COLUMNS)
+    present = {d[0] for d in con.execute("SELECT * FROM profile_points LIMIT 0").description}
+    # a read-only open of a schema-8 database: the longest context was not recorded then
+    names = ", ".join(n if n in present else f"0 AS {n}" for n in POINT_COLUMNS)
     rows = con.execute(
         f"SELECT {names} FROM profile_points WHERE profile_id = ? ORDER BY probe, step",
         [profile_id],
@@ -220,7 +231,8 @@ def read_csv_profile(path: Path) -> tuple[Profile, list[ProfilePoint]]:
         ) from None
     finally:
         con.close()
-    missing = [n for n in (*PROFILE_COLUMNS, *POINT_COLUMNS) if rows and n not in rows[0]]
+    required = [n for n in (*PROFILE_COLUMNS, *POINT_COLUMNS) if n != "decode_context_max"]
+    missing = [n for n in required if rows and n not in rows[0]]
     if not rows or missing:
         what = f"columns {missing} are missing" if rows else "it has no points"
         raise WorkbenchError(

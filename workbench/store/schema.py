@@ -36,7 +36,7 @@ from workbench.metrics.decoder import MAX_POSITIONS
 from workbench.metrics.pipeline import PIPELINE_SUMMARY_COLUMNS
 from workbench.metrics.saturation import SATURATION_KEYS
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # The oldest schema a read-only store reads as it is: since then only columns were added,
 # which `load_records` fills for old databases (NULL, or LEGACY_COLUMNS' derivation). A
 # writable open migrates.
@@ -137,6 +137,7 @@ POINT_COLUMNS: dict[str, str] = {
     "decode_extra_context_sum": "BIGINT NOT NULL",
     "forward_s": "DOUBLE NOT NULL",  # the engine's recorded step duration (its forwards)
     "step_s": "DOUBLE NOT NULL",  # end of the previous step to end of this one
+    "decode_context_max": "BIGINT DEFAULT 0",  # longest decode KV (v9; 0: unknown)
 }
 # IF NOT EXISTS: tests fake older databases by stripping a new one, whose profile tables
 # the migration then meets again; they hold nothing a migration would have to change.
@@ -420,4 +421,6 @@ MIGRATIONS: dict[int, list[str | PythonStep]] = {
         for name, sql in PIPELINE_SUMMARY_COLUMNS.items()
     ],
     7: [OUTPUTS_TABLE_DDL],  # what real runs answered
+    # the longest decode context of each profiled step (decode attention that pads)
+    8: ["ALTER TABLE profile_points ADD COLUMN IF NOT EXISTS decode_context_max BIGINT DEFAULT 0"],
 }

@@ -1,0 +1,141 @@
+"""Decode attention that pads every sequence to the batch's longest context (the real
+backend's reference kernel): the scheduler knows the longest context, profiles record it,
+and the calibrated cost model prices decodes by batch × longest where the engine pads."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from calibration_helpers import grid_works, points_of, profile, store_profile, truth
+
+from simulator.cost_models.base import StepWork
+from simulator.cost_models.calibrated import (
+    CalibratedCostModel,
+    fit_profile,
+    pads_decode_attention,
+    step_work,
+)
+from workbench.scheduling.decode_set import DecodeSet
+from workbench.scheduling.sequence import Sequence
+from workbench.store import ResultsStore
+from workbench.store.profiles import read_csv_profile
+
+
+def padded_truth() -> CalibratedCostModel:
+    return CalibratedCostModel(dataclasses.replace(truth().fit, padded_decode=True))
+
+
+def uneven_works() -> list[StepWork]:
+    """The grid, its decodes given uneven contexts: the longest 1–3× the mean."""
+    works = []
+    for i, work in enumerate(grid_works()):
+        batch = work.decode_batch_size
+        if batch > 1 and not work.decode_extra_tokens:
+            mean = work.decode_context_sum // batch
+            work = dataclasses.replace(work, decode_context_max=mean * (1 + i % 3))
+        elif batch:
+            work = dataclasses.replace(work, decode_context_max=work.decode_context_sum // batch)
+        works.append(work)
+    return works
+
+
+def padded_profile_points() -> tuple[list, list[float]]:
+    works = uneven_works()
+    seconds = [padded_truth().step_time_s(w) for w in works]
+    return points_of(works, seconds), seconds
+
+
+def padded_profile_info() -> dict[str, str]:
+    return {"kernels": "reference", "decode_attention": "padded"}
+
+
+def test_a_padded_profile_is_fitted_back_exactly_and_an_unpadded_fit_cannot() -> None:
+    points, seconds = padded_profile_points()
+    prof = dataclasses.replace(profile(), info=padded_profile_info())
+    assert pads_decode_attention(prof) and not pads_decode_attention(profile())
+    fitted = CalibratedCostModel(fit_profile(points, prof))
+    predicted = np.array([fitted.step_time_s(step_work(p)) for p in points])
+    np.testing.assert_allclose(predicted, seconds, rtol=1e-9)
+    by_sum = CalibratedCostModel(fit_profile(points, profile()))
+    errors = np.array([by_sum.step_time_s(step_work(p)) for p in points]) / seconds - 1
+    assert np.abs(errors).max() > 0.05
+
+
+def test_padding_prices_the_longest_context_and_never_less_than_the_sum() -> None:
+    model = padded_truth()
+    even = StepWork(decode_batch_size=4, decode_context_sum=400, decode_context_max=100)
+    uneven = dataclasses.replace(even, decode_context_max=250)
+    unknown = dataclasses.replace(even, decode_context_max=0)
+    assert model.step_time_s(even) == model.step_time_s(unknown) == truth().step_time_s(even)
+    assert model.step_time_s(uneven) == pytest.approx(
+        truth().step_time_s(even) + truth().fit.terms["a_decode"] * (4 * 250 - 400)
+    )
+
+
+@pytest.mark.parametrize("context_max", [0, 90, 300])
+def test_a_padded_decode_span_equals_its_steps_bit_for_bit(context_max: int) -> None:
+    model = padded_truth()
+    batch, context_sum, n = 3, 270, 40
+    span = model.decode_span_s(batch, context_sum, n, context_max)
+    for i, value in enumerate(span):
+        work = StepWork(
+            decode_batch_size=batch,
+            decode_context_sum=context_sum + i * batch,
+            decode_context_max=context_max + i if context_max else 0,
+        )
+        assert value == model.step_time_s(work)
+
+
+def test_the_decode_set_knows_its_longest_member_through_joins_advances_and_leaves() -> None:
+    rng = np.random.default_rng(7)
+    members = DecodeSet(block_size=16, lookahead_slots=2)
+    live: dict[int, Sequence] = {}
+    step = 0
+    for request_id in range(400):
+        action = rng.integers(3)
+        if action == 0 or not live:
+            prompt = int(rng.integers(1, 300))
+            seq = Sequence(request_id, 0.0, prompt_tokens=prompt, output_tokens=900)
+            seq.computed = seq.prompt_tokens
+            members.add(seq, step)
+            live[request_id] = seq
+        elif action == 1:
+            seq = live[int(rng.choice(list(live)))]
+            members.advance(seq, step, extra=int(rng.integers(1, 4)))
+        else:
+            members.remove(live.pop(int(rng.choice(list(live)))), step)
+        step += int(rng.integers(0, 3))
+        for seq in live.values():
+            members.sync(seq, step)
+        longest = max((seq.computed + 1 for seq in live.values()), default=0)
+        assert members.context_max(step) == longest
+
+
+def test_profiles_keep_the_longest_context_in_the_database_and_the_csv(tmp_path: Path) -> None:
+    points, _ = padded_profile_points()
+    prof = dataclasses.replace(profile(), info=padded_profile_info())
+    with ResultsStore.open(tmp_path / "p.duckdb") as store:
+        stored = store_profile(store, prof, points)
+        assert store.profile_points(stored.profile_id) == points
+        store.export_profile_csv(stored.profile_id, tmp_path / "p.csv")
+    read, csv_points = read_csv_profile(tmp_path / "p.csv")
+    assert csv_points == points and pads_decode_attention(read)
+
+
+def test_a_profile_csv_from_before_the_longest_context_reads_as_unknown(tmp_path: Path) -> None:
+    points, _ = padded_profile_points()
+    with ResultsStore.open(tmp_path / "p.duckdb") as store:
+        stored = store_profile(store, profile(), points)
+        store.export_profile_csv(stored.profile_id, tmp_path / "p.csv")
+    with (tmp_path / "p.csv").open(newline="") as new, (tmp_path / "old.csv").open("w") as old:
+        rows = list(csv.DictReader(new))
+        kept = [name for name in rows[0] if name != "decode_context_max"]
+        writer = csv.DictWriter(old, kept, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    _, old_points = read_csv_profile(tmp_path / "old.csv")
+    assert [p.decode_context_max for p in old_points] == [0] * len(points)
