@@ -167,12 +167,16 @@ class RealEngine:
 
     def _wait_for_work(self) -> None:
         now = self._now()
+        time.sleep(max(0.0, self._next_wake_s(now) - now))
+
+    def _next_wake_s(self, now: float) -> float:
+        """When an idle engine has work again: the next arrival or the policy's wakeup."""
         wakes = [
             t for t in (self._next_arrival_s(), self.policy.next_wakeup_s(now)) if t is not None
         ]
         if not wakes:
             raise RuntimeError("engine idle with unfinished requests and nothing to wait for")
-        time.sleep(max(0.0, min(wakes) - now))
+        return min(wakes)
 
     # ------------------------------------------------------------------ one step
 

@@ -82,6 +82,7 @@ class SimReplica:
         self._steps = 0  # steps of the current span to commit
         self._generation = 0  # invalidates superseded timers
         self._start_at: float | None = None  # a pending start timer's time
+        self._idle_s = 0.0  # how long the replica sat idle before the span it starts next
 
     # ------------------------------------------------------------------ arrivals
 
@@ -110,6 +111,7 @@ class SimReplica:
         if self._start_at == now_s:
             self._start_at = None
         if self._plan is None:
+            self._idle_s += max(now_s - self.clock_s, 0.0)
             self.clock_s = max(self.clock_s, now_s)
             self._next_span()
 
@@ -123,6 +125,9 @@ class SimReplica:
         self._release_drafts(plan.preempted)
         steps = 1 if self.pipeline else min(plan.repeatable_steps, self.max_span_steps)
         durations = self._durations(plan, steps)  # (steps,)
+        if self._idle_s > 0.0:  # the first step wakes an idle engine
+            durations[0] += self.cost_model.wake_s(self._idle_s)
+            self._idle_s = 0.0
         self._plan = plan
         if self.pipeline is not None:
             tokens = plan.prefill_tokens + (

@@ -29,7 +29,7 @@ def test_calibrate_stores_every_probe_step_and_exports_csv(
     db, csv = tmp_path / "c.duckdb", tmp_path / "profile.csv"
     assert main(_calibrate_cli(db, tiny_zoo, "--csv", str(csv))) == 0
     out = capsys.readouterr().out
-    assert "profile 'tiny-cpu-fp32'" in out and "measured 6 probes" in out
+    assert "profile 'tiny-cpu-fp32'" in out and "measured 7 probes" in out
     assert "kind: calibrated, profile: tiny-cpu-fp32" in out and csv.is_file()
     with ResultsStore.open(db, read_only=True) as store:
         (profile,) = store.profiles()
@@ -42,6 +42,13 @@ def test_calibrate_stores_every_probe_step_and_exports_csv(
     decodes = [p for p in points if p.probe == "decode-b4-p48@1" and p.kind == "decode"]
     contexts = [p.decode_context_sum for p in decodes]
     assert contexts == list(range(4 * 49, 4 * 49 + 4 * len(decodes), 4))
+    assert [p.decode_context_max for p in decodes] == [c // 4 for c in contexts]
+    assert profile.info["decode_attention"] == "padded"  # the reference kernels on CPU
+    # One client thinking 5 ms between requests: each prompt wakes an idle engine, and its
+    # step costs from the arrival; no other probe sleeps between steps.
+    woken = [p for p in points if p.idle_before_s > 0]
+    assert {p.probe for p in woken} == {"idle-t5@1"} and len(woken) == 2
+    assert all(0.004 < p.idle_before_s < 0.05 and p.kind == "prefill" for p in woken)
     # Verification of width 2: two more tokens per sequence, each seeing its predecessors.
     verify = next(p for p in points if p.kind == "verify")
     batch, keys = verify.decode_batch_size, verify.decode_context_sum

@@ -13,7 +13,7 @@ from workbench.scheduling.blocks import blocks_for
 def test_the_standard_grid_covers_every_step_kind_in_three_alternating_passes() -> None:
     grid = get_grid("standard", 2048)
     kinds = {probe.name.split("-")[0] for probe in grid.probes}
-    assert kinds == {"decode", "prefill", "chunked", "mixed", "verify"}
+    assert kinds == {"decode", "prefill", "chunked", "mixed", "verify", "idle"}
     runs = grid.runs()
     assert len(runs) == 3 * len(grid.probes) and len({run.name for run in runs}) == len(runs)
     first, second = runs[: len(grid.probes)], runs[len(grid.probes) : 2 * len(grid.probes)]

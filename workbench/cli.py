@@ -379,6 +379,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                 f"  {kind:<8} {n:>6} steps  median {100 * median:5.1f}%  p90 {100 * p90:5.1f}%"
                 f"  sum {100 * (total - 1):+5.1f}%"
             )
+        if "wake" in model.fit.curves:
+            knots = model.fit.curves["wake"].knots
+            wakes = ", ".join(f"{k:g} ms +{1e3 * model.wake_s(k / 1e3):.2f} ms" for k in knots)
+            print(f"  waking an idle engine: {wakes}")
         print(f"use it with: cost_model: {{kind: calibrated, profile: {profile.name}}}")
         if args.csv:
             print(f"csv: {store.export_profile_csv(profile.profile_id, Path(args.csv))}")

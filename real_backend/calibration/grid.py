@@ -8,7 +8,9 @@ Each probe is a small workload served by the real engine. Together they cover:
 - mixed steps (a closed loop of clients: new prompts join running decodes), with and
   without chunked prefill;
 - verification widths (each decode computes `width` more tokens, as a speculative or
-  lookahead step does).
+  lookahead step does);
+- waking an idle engine (one client that thinks between requests: each prompt arrives at
+  an engine that slept for the think time).
 
 Lengths are clipped to the model's context; a probe a model cannot hold is left out.
 """
@@ -38,6 +40,7 @@ class Probe:
     concurrency: int | None = None  # closed loop of this many clients; None: all at t = 0
     chunk_size: int | None = None  # chunked prefill with this budget; None: whole prompts
     width: int = 0  # verification: tokens each decode computes beyond its one
+    think_s: float = 0.0  # closed loop: a client's pause between its requests
 
     def workload(self, seed: int) -> Workload:
         rng = component_rng(seed, f"calibration.{self.name}")
@@ -50,6 +53,7 @@ class Probe:
             prompts.astype(np.int64),
             outputs.astype(np.int64),
             closed_loop_concurrency=self.concurrency,
+            think_time_s=self.think_s,
         )
 
     def scheduler(self) -> ContinuousBatchingConfig:
@@ -117,9 +121,16 @@ def _standard() -> Grid:
         for batch in (1, 8, 32):
             name = f"verify-w{width}-b{batch}"
             probes.append(Probe(name, batch, (64, 64), (24, 24), batch, width=width))
+    for idle_ms in (1, 4, 16, 64):  # waking saturates within tens of ms on the CPUs here
+        probes.append(_idle_probe(idle_ms, 6))
     warmup = Probe("warmup", 8, (16, 128), (8, 32), 8, 8)
-    description = "decode, prefill, chunked, mixed and verify probes, three passes"
+    description = "decode, prefill, chunked, mixed, verify and idle probes, three passes"
     return Grid("standard", description, tuple(probes), warmup, passes=3)
+
+
+def _idle_probe(idle_ms: int, requests: int) -> Probe:
+    """Prompts of 16–256 tokens, each arriving `idle_ms` after the previous one ended."""
+    return Probe(f"idle-t{idle_ms}", requests, (16, 256), (2, 2), 1, 1, think_s=idle_ms / 1e3)
 
 
 def _test() -> Grid:
@@ -131,9 +142,10 @@ def _test() -> Grid:
         Probe("prefill-p128", 3, (128, 128), (2, 2), 1),
         Probe("mixed-b4", 12, (8, 64), (4, 16), 4, 4),
         Probe("verify-w2-b4", 4, (32, 32), (8, 8), 4, width=2),
+        _idle_probe(5, 3),
     )
     warmup = Probe("warmup", 2, (8, 16), (4, 4), 2)
-    return Grid("test", "six small probes, for tests", probes, warmup)
+    return Grid("test", "seven small probes, for tests", probes, warmup)
 
 
 GRIDS = {grid.name: grid for grid in (_standard(), _test())}

@@ -5,15 +5,15 @@ decoder, bookkeeping), so what a step costs here is what it costs when serving. 
 work is taken from the plan the policy handed the engine, in the terms of the simulator's
 `StepWork`, and its cost is the wall time from the end of the previous step to the end of
 this one: scheduling and bookkeeping included, aligned with the emission times a
-simulated twin must reproduce.
+simulated twin must reproduce. A step the engine slept before costs from the moment it had
+work again (the arrival it slept until) to its end, and notes how long it had been idle:
+a simulated engine starts that step at the arrival too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
 
 from real_backend.decoders.base import DecodeOutcome
 from real_backend.engine import RealEngine
@@ -34,6 +34,7 @@ class StepShape:
     decode_context_max: int
     decode_extra_tokens: int
     decode_extra_context_sum: int
+    woke_at_s: float | None  # the work the engine slept until, when it slept before this step
 
 
 def extra_context_sum(extra_per_sequence: int, batch: int, context_sum: int) -> int:
@@ -55,7 +56,12 @@ class ProfilingEngine(RealEngine):
         progress: Callable[[int], None] | None = None,
     ) -> tuple[RunRecords, dict[int, list[int]]]:
         self.shapes = []
+        self._woke_at_s: float | None = None
         return super().serve(workload, prompts, progress)
+
+    def _wait_for_work(self) -> None:
+        self._woke_at_s = self._next_wake_s(self._now())
+        super()._wait_for_work()
 
     def _record_step(
         self,
@@ -81,29 +87,37 @@ class ProfilingEngine(RealEngine):
                 decode_extra_context_sum=extra_context_sum(
                     per_sequence, plan.decode_batch_size, plan.decode_context_sum
                 ),
+                woke_at_s=self._woke_at_s,
             )
         )
+        self._woke_at_s = None
 
 
 def probe_points(probe: str, shapes: list[StepShape], steps: StepRecords) -> list[ProfilePoint]:
     """A probe's points: every step but the first, which follows no step (its cost would
     include the wait for the first arrival)."""
     ends = steps.start_s + steps.duration_s  # (n_steps,)
-    step_s = np.diff(ends)  # (n_steps - 1,)
-    return [
-        ProfilePoint(
-            probe=probe,
-            step=i,
-            prefill_chunk_tokens=shape.prefill_chunk_tokens,
-            prefill_context_tokens=shape.prefill_context_tokens,
-            decode_batch_size=shape.decode_batch_size,
-            decode_context_sum=shape.decode_context_sum,
-            decode_context_max=shape.decode_context_max,
-            decode_extra_tokens=shape.decode_extra_tokens,
-            decode_extra_context_sum=shape.decode_extra_context_sum,
-            forward_s=float(steps.duration_s[i]),
-            step_s=float(step_s[i - 1]),
+    points = []
+    for i, shape in enumerate(shapes):
+        if i == 0:
+            continue
+        woke = shape.woke_at_s
+        idle_s = 0.0 if woke is None else max(woke - float(ends[i - 1]), 0.0)
+        began = float(ends[i - 1]) + idle_s  # the previous end, or the arrival slept until
+        points.append(
+            ProfilePoint(
+                probe=probe,
+                step=i,
+                prefill_chunk_tokens=shape.prefill_chunk_tokens,
+                prefill_context_tokens=shape.prefill_context_tokens,
+                decode_batch_size=shape.decode_batch_size,
+                decode_context_sum=shape.decode_context_sum,
+                decode_context_max=shape.decode_context_max,
+                decode_extra_tokens=shape.decode_extra_tokens,
+                decode_extra_context_sum=shape.decode_extra_context_sum,
+                forward_s=float(steps.duration_s[i]),
+                step_s=float(ends[i]) - began,
+                idle_before_s=idle_s,
+            )
         )
-        for i, shape in enumerate(shapes)
-        if i > 0
-    ]
+    return points

@@ -49,6 +49,11 @@ class CostModel(ABC):
     def step_time_s(self, work: StepWork) -> float:
         """Duration of one step."""
 
+    def wake_s(self, idle_s: float) -> float:
+        """Extra time of a step that starts an engine idle for `idle_s` (caches gone cold).
+        Only a calibrated profile measures it; other models price a warm engine."""
+        return 0.0
+
     @abstractmethod
     def decode_span_s(
         self, batch_size: int, context_sum: int, n_steps: int, context_max: int = 0

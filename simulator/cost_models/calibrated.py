@@ -58,7 +58,8 @@ def step_work(point: ProfilePoint) -> StepWork:
 def fit_profile(points: list[ProfilePoint], profile: Profile | None = None) -> StepCostFit:
     works = [step_work(p) for p in points]
     padded = profile is not None and pads_decode_attention(profile)
-    return fit_step_costs(works, [p.step_s for p in points], padded_decode=padded)
+    seconds, idle = [p.step_s for p in points], [p.idle_before_s for p in points]
+    return fit_step_costs(works, seconds, padded_decode=padded, idle_s=idle)
 
 
 def pads_decode_attention(profile: Profile) -> bool:
@@ -72,6 +73,9 @@ class CalibratedCostModel(SplitCostModel):
         self.fit = fit
         self.profile = profile
         self._terms = fit.terms
+
+    def wake_s(self, idle_s: float) -> float:
+        return self.fit.wake_s(idle_s)
 
     def _decode_keys(
         self, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
@@ -241,7 +245,7 @@ def fit_errors(
     the summed predictions to the summed measurements (what latencies add up)."""
     by_kind: dict[str, list[tuple[float, float]]] = {}
     for point in points:
-        predicted = model.step_time_s(step_work(point))
+        predicted = model.step_time_s(step_work(point)) + model.wake_s(point.idle_before_s)
         by_kind.setdefault(point.kind, []).append((predicted, point.step_s))
     errors = {}
     for kind, pairs in by_kind.items():

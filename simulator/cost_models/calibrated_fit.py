@@ -9,6 +9,7 @@ a cost per attention key:
     verify   h_verify(B + X) + a_verify · (S + S_x)
     prefill  h_prefill(N) + a_prefill · K + c_chunk · (chunks − 1)
     mixed    the decode (or verify) part + the prefill part + m_mixed
+    + h_wake(I) for a step the engine slept I ms before (0 for a step right after another)
 
 B decoding sequences whose KV lengths sum to S (B × the longest where the engine's decode
 attention pads every sequence to the longest, as the reference kernel does); X extra
@@ -19,7 +20,9 @@ twice (negative then), or its extra forward.
 The curves h are piecewise linear between knots at powers of two of the token count (the
 CPU's and GPU's matrix kernels change regime with the row count; a line through them
 does not), never decreasing (more tokens never cost less; noise would otherwise bend them),
-extended beyond the last knot along their last segment.
+extended beyond the last knot along their last segment. h_wake (the cost of waking an idle
+engine: caches gone cold, a descheduled CPU) is piecewise linear over the idle time the same
+way, 0 at no idle, and flat beyond the longest idle measured (waking saturates).
 
 Every term is linear in the parameters, so the fit is a linear least-squares problem in
 relative error: a 1 ms step counts as much as a 100 ms one. It starts weighted by the
@@ -73,6 +76,14 @@ class StepCostFit:
     kinds: tuple[str, ...] = field(default=())  # step kinds the profile measured
     padded_decode: bool = False  # decode keys counted as B × the longest context
 
+    def wake_s(self, idle_s: float) -> float:
+        """h_wake: the extra time of a step after the engine slept `idle_s` (0 unless the
+        profile measured steps after idle)."""
+        curve = self.curves.get("wake")
+        if curve is None or idle_s <= 0.0:
+            return 0.0
+        return float(curve(_wake_x(idle_s, curve.knots))[0]) * _wake_share(idle_s, curve.knots)
+
     def decode_keys(self, work: StepWork) -> int:
         """The keys the decode (or verify) part of `work` is priced by."""
         padded = work.padded_decode_keys if self.padded_decode else work.decode_context_sum
@@ -106,8 +117,12 @@ class _Columns:
     padded_decode: bool
 
     @classmethod
-    def for_works(cls, works: list[StepWork], kinds: set[str], padded_decode: bool) -> _Columns:
+    def for_works(
+        cls, works: list[StepWork], kinds: set[str], padded_decode: bool, idle_ms: np.ndarray
+    ) -> _Columns:
         knots = {name: _knots(_curve_tokens(works, name)) for name in _curves_needed(kinds)}
+        if (idle_ms > 0).any():
+            knots["wake"] = _knots(list(idle_ms[idle_ms > 0]))
         offsets, column = {}, 0
         for name, k in knots.items():
             offsets[name], column = column, column + len(k)
@@ -185,11 +200,23 @@ def _hat_basis(knots: np.ndarray, x: np.ndarray) -> np.ndarray:
     return basis
 
 
-def _design(works: list[StepWork], columns: _Columns) -> np.ndarray:
+def _design(works: list[StepWork], columns: _Columns, idle_ms: np.ndarray) -> np.ndarray:
     matrix = np.zeros((len(works), columns.size))
     for row, work in enumerate(works):
         _fill_row(matrix[row], work, columns)
+        if idle_ms[row] > 0:  # knots start at the shortest idle measured: no share below
+            _curve_into(matrix[row], columns, "wake", idle_ms[row])
     return matrix
+
+
+def _wake_x(idle_s: float, knots: np.ndarray) -> float:
+    """The wake curve's argument (ms), held at its last knot: waking saturates."""
+    return min(idle_s * 1e3, float(knots[-1]))
+
+
+def _wake_share(idle_s: float, knots: np.ndarray) -> float:
+    """Below the shortest idle measured, the first knot's value scaled down to 0 at no idle."""
+    return min(idle_s * 1e3 / float(knots[0]), 1.0)
 
 
 def _fill_row(row: np.ndarray, work: StepWork, columns: _Columns) -> None:
@@ -222,16 +249,22 @@ def _curve_into(row: np.ndarray, columns: _Columns, curve: str, tokens: float) -
 
 
 def fit_step_costs(
-    works: list[StepWork], seconds: Iterable[float], *, padded_decode: bool = False
+    works: list[StepWork],
+    seconds: Iterable[float],
+    *,
+    padded_decode: bool = False,
+    idle_s: Iterable[float] | None = None,
 ) -> StepCostFit:
-    """Fit the model to measured steps (`works[i]` took `seconds[i]`); `padded_decode`: the
-    engine's decode attention reads every sequence as long as the batch's longest."""
+    """Fit the model to measured steps (`works[i]` took `seconds[i]`, after the engine slept
+    `idle_s[i]`, 0: right after another step); `padded_decode`: the engine's decode attention
+    reads every sequence as long as the batch's longest."""
     measured = np.asarray(list(seconds), dtype=np.float64)  # (n,)
     if len(works) != len(measured) or not len(works):
         raise ValueError("one measured duration per step, at least one step")
     kinds = {work_kind(work) for work in works}
-    columns = _Columns.for_works(works, kinds, padded_decode)
-    design = _design(works, columns)  # (n, params)
+    idle_ms = np.zeros(len(works)) if idle_s is None else 1e3 * np.asarray(list(idle_s))  # (n,)
+    columns = _Columns.for_works(works, kinds, padded_decode, idle_ms)
+    design = _design(works, columns, idle_ms)  # (n, params)
     kept = np.isfinite(measured) & (measured > 0)
     params = _solve(design[kept], measured[kept], measured[kept], columns)
     for refit in range(MAX_REFITS):

@@ -97,15 +97,15 @@ class DecodeSet:
 
     def context_max(self, step: int) -> int:
         """The longest member's KV length including the new token, at counter `step` (0 when
-        empty)."""
-        heap = self._offset_heap
-        while heap and self._offset_stale(heap[0]):
+        empty). Stale heap entries (a member gone, or its offset moved) are dropped here."""
+        heap, members = self._offset_heap, self.members
+        while heap:
+            negative_offset, request_id = heap[0]
+            seq = members.get(request_id)
+            if seq is not None and seq.entry_step - seq.entry_computed == negative_offset:
+                return step + 1 - negative_offset
             heapq.heappop(heap)
-        return -heap[0][0] + step + 1 if heap else 0
-
-    def _offset_stale(self, entry: tuple[int, int]) -> bool:
-        seq = self.members.get(entry[1])
-        return seq is None or -entry[0] != seq.entry_computed - seq.entry_step
+        return 0
 
     def block_demand_at(self, step: int) -> int:
         """New blocks needed by the one step run at counter `step`."""

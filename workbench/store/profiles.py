@@ -24,6 +24,7 @@ import duckdb
 from workbench.errors import WorkbenchError
 from workbench.store.schema import POINT_COLUMNS, PROFILE_COLUMNS
 
+SINCE_SCHEMA_9 = ("decode_context_max", "idle_before_s")  # optional in older CSVs
 INTEGER_FIELDS = (
     "step",
     "decode_batch_size",
@@ -52,6 +53,7 @@ class ProfilePoint:
     forward_s: float
     step_s: float
     decode_context_max: int = 0  # 0 in profiles measured before schema 9: not known
+    idle_before_s: float = 0.0  # how long the engine had slept before the step (schema 9)
 
     @property
     def kind(self) -> str:
@@ -68,10 +70,11 @@ class ProfilePoint:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> ProfilePoint:
-        values = {f.name: row[f.name] for f in fields(cls) if f.name != "decode_context_max"}
+        values = {f.name: row[f.name] for f in fields(cls) if f.name not in SINCE_SCHEMA_9}
         for name in ("prefill_chunk_tokens", "prefill_context_tokens"):
             values[name] = tuple(int(n) for n in str(values[name] or "").split())
         values["decode_context_max"] = row.get("decode_context_max") or 0  # older CSVs lack it
+        values["idle_before_s"] = float(row.get("idle_before_s") or 0.0)
         for name in INTEGER_FIELDS:
             values[name] = int(values[name])
         return cls(**values)
@@ -231,7 +234,7 @@ def read_csv_profile(path: Path) -> tuple[Profile, list[ProfilePoint]]:
         ) from None
     finally:
         con.close()
-    required = [n for n in (*PROFILE_COLUMNS, *POINT_COLUMNS) if n != "decode_context_max"]
+    required = [n for n in (*PROFILE_COLUMNS, *POINT_COLUMNS) if n not in SINCE_SCHEMA_9]
     missing = [n for n in required if rows and n not in rows[0]]
     if not rows or missing:
         what = f"columns {missing} are missing" if rows else "it has no points"

@@ -138,6 +138,7 @@ POINT_COLUMNS: dict[str, str] = {
     "forward_s": "DOUBLE NOT NULL",  # the engine's recorded step duration (its forwards)
     "step_s": "DOUBLE NOT NULL",  # end of the previous step to end of this one
     "decode_context_max": "BIGINT DEFAULT 0",  # longest decode KV (v9; 0: unknown)
+    "idle_before_s": "DOUBLE DEFAULT 0",  # the engine slept this long before the step (v9)
 }
 # IF NOT EXISTS: tests fake older databases by stripping a new one, whose profile tables
 # the migration then meets again; they hold nothing a migration would have to change.
@@ -421,6 +422,9 @@ MIGRATIONS: dict[int, list[str | PythonStep]] = {
         for name, sql in PIPELINE_SUMMARY_COLUMNS.items()
     ],
     7: [OUTPUTS_TABLE_DDL],  # what real runs answered
-    # the longest decode context of each profiled step (decode attention that pads)
-    8: ["ALTER TABLE profile_points ADD COLUMN IF NOT EXISTS decode_context_max BIGINT DEFAULT 0"],
+    # each profiled step's longest decode context (decode attention that pads) and idle time
+    8: [
+        "ALTER TABLE profile_points ADD COLUMN IF NOT EXISTS decode_context_max BIGINT DEFAULT 0",
+        "ALTER TABLE profile_points ADD COLUMN IF NOT EXISTS idle_before_s DOUBLE DEFAULT 0",
+    ],
 }

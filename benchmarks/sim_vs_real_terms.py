@@ -1,12 +1,12 @@
-"""Sim vs real with and without pricing padded decode attention, on one stored real run.
+"""Sim vs real with and without each term of the calibrated model, on one stored real run.
 
-The real backend's CPU attention pads every decoding sequence to the batch's longest context.
-This re-simulates the twin of a stored real run (`workbench run FILE --backend both`) twice:
-priced by its calibration profile as recorded (decode keys = batch × the longest context
-where the profile's kernels pad), and by a copy of that profile marked `exact` (keys = the
-context sum, the model before schema 9). It prints both error tables against the real run.
+Re-simulates the twin of a stored real run (`workbench run FILE --backend both`) priced by
+its calibration profile as recorded, then by copies of that profile without one term each:
+marked `exact` (decode keys = the context sum, not batch × the longest context that the
+real backend's CPU attention pads to), and without its steps after idle (no wake curve).
+Prints each error table against the same real run.
 
-    python benchmarks/sim_vs_real_padding.py --db fidelity.duckdb [--real RUN_ID]
+    python benchmarks/sim_vs_real_terms.py --db fidelity.duckdb [--real RUN_ID]
 """
 
 from __future__ import annotations
@@ -30,21 +30,21 @@ def latest_real_run(store: ResultsStore) -> str:
     return str(runs[-1]["run_id"])
 
 
-def exact_copy(store: ResultsStore, profile: Profile) -> Profile:
-    """The profile's points under a profile that says its decode attention does not pad."""
-    name = f"{profile.name}-as-exact"
-    known = [p for p in store.profiles() if p.name == name and p.complete]
+def variant(store: ResultsStore, profile: Profile, name: str) -> Profile:
+    """The profile without one term: `exact` (no padding) or `no-wake` (no steps after idle)."""
+    full = f"{profile.name}-{name}"
+    known = [p for p in store.profiles() if p.name == full and p.complete]
     if known:
         return known[-1]
+    info = profile.info | ({"decode_attention": "exact"} if name == "exact" else {})
     copy = dataclasses.replace(
-        profile,
-        name=name,
-        profile_id=uuid.uuid4().hex[:12],
-        completed_at=None,
-        info=profile.info | {"decode_attention": "exact"},
+        profile, name=full, profile_id=uuid.uuid4().hex[:12], completed_at=None, info=info
     )
+    points = store.profile_points(profile.profile_id)
+    if name == "no-wake":
+        points = [p for p in points if p.idle_before_s == 0.0]
     store.add_profile(copy)
-    store.write_probe(copy.profile_id, store.profile_points(profile.profile_id), last=True)
+    store.write_probe(copy.profile_id, points, last=True)
     return copy
 
 
@@ -57,7 +57,7 @@ def simulate_twin(store: ResultsStore, real: Scenario, profile: Profile, label: 
             "cost_model": cost.model_copy(update={"profile": profile.profile_id}),
         }
     )
-    (outcome,) = run_scenario(twin, store, source="benchmarks/sim_vs_real_padding.py", label=label)
+    (outcome,) = run_scenario(twin, store, source="benchmarks/sim_vs_real_terms.py", label=label)
     return outcome.run_id
 
 
@@ -72,9 +72,11 @@ def main() -> None:
         cost = real.cost_model
         assert isinstance(cost, CalibratedCostConfig)
         profile = store.find_profile(str(cost.profile))
-        for label, priced_by in (("padded", profile), ("context sum", exact_copy(store, profile))):
-            sim_id = simulate_twin(store, real, priced_by, f"decode keys: {label}")
-            print(f"\n# decode keys priced by {label} ({priced_by.describe()})")
+        variants = [("as recorded", profile)]
+        variants += [(name, variant(store, profile, name)) for name in ("exact", "no-wake")]
+        for label, priced_by in variants:
+            sim_id = simulate_twin(store, real, priced_by, f"profile {label}")
+            print(f"\n# {label}: {priced_by.describe()}")
             print(pair_error_text(store, real_id, sim_id))
 
 
