@@ -90,6 +90,7 @@ class PipelineDecoding:
         self.clock = clock
         self.ignore_eos = ignore_eos
         self.draft_s = 0.0  # head time spent drafting
+        self.empty_drafts = 0  # speculation attempts whose draft came out empty
         self._request: _Request | None = None
 
     def generate(
@@ -180,6 +181,7 @@ class PipelineDecoding:
         tree = self._draft(r, r.chain_context, limits)
         if not tree.tokens:
             r.empty_drafts += 1
+            self.empty_drafts += 1
             return config.p_decay > 0
         run = self._launch(
             r, "speculative", r.chain_context, tree.tokens, tree.parents, tree.main_length,

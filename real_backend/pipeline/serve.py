@@ -226,6 +226,7 @@ def pipeline_info(plan: StagePlan, log: RunLog, decoding: PipelineDecoding) -> d
         "pipeline_emulated_layer_ms": str(plan.options.emulated_layer_ms),
         "pipeline_threads_per_stage": str(plan.threads),
         "pipeline_draft_s": f"{decoding.draft_s:.6f}",
+        "pipeline_empty_drafts": str(decoding.empty_drafts),
         "pipeline_runs": log.info(),
     }
 

@@ -8,7 +8,10 @@ From the run log a real pipeline run keeps (`info["pipeline_runs"]`):
 - the head's drafting time per drafted token (`info["pipeline_draft_s"]`);
 - the drafted tokens per speculative run (PipeInfer's thresholds vary them) and the share
   of drafted tokens the target accepted: per synchronous run exactly (its commit less the
-  bonus token), per asynchronous run from what the committing runs added.
+  bonus token), per asynchronous run from what the committing runs added;
+- the share of speculation attempts whose draft came out empty, which pauses speculation
+  until the next result: counted by the head (`info["pipeline_empty_drafts"]`), else, for
+  runs stored before it was, estimated from runs per result.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ class PipelineCalibration:
     draft_token_s: float
     draft_lengths: np.ndarray  # drafted tokens of each speculative run
     draft_outcomes: np.ndarray  # (n, 2): drafted and accepted of each synchronous run
-    empty_draft_share: float  # speculation attempts that drafted nothing (estimated)
+    empty_draft_share: float  # speculation attempts that drafted nothing
     acceptance: AcceptanceDistribution | None
 
     def timing(self, base: PipelineTiming) -> PipelineTiming:
@@ -76,10 +79,16 @@ def calibrate_pipeline(store: ResultsStore | None, run_ref: str) -> PipelineCali
             f"run {run['run_id']} is not a real pipeline run (no run log)", field=FIELD
         )
     log = json.loads(info["pipeline_runs"])
-    return from_log(str(run["run_id"]), log, float(info.get("pipeline_draft_s", 0.0)))
+    empty = info.get("pipeline_empty_drafts")  # counted by the head since schema 9's runs
+    draft_s = float(info.get("pipeline_draft_s", 0.0))
+    return from_log(str(run["run_id"]), log, draft_s, None if empty is None else int(empty))
 
 
-def from_log(run_id: str, log: dict, draft_s: float) -> PipelineCalibration:
+def from_log(
+    run_id: str, log: dict, draft_s: float, empty_drafts: int | None = None
+) -> PipelineCalibration:
+    """empty_drafts: the head's count of speculation attempts that drafted nothing (None:
+    an older run, estimated from runs per result)."""
     nodes = np.asarray(log["nodes"], dtype=np.float64)  # (r,)
     stage_s = np.asarray(log["stage_s"], dtype=np.float64)  # (r, P)
     status = np.asarray(log["stage_status"], dtype=object)  # (r, P)
@@ -95,7 +104,13 @@ def from_log(run_id: str, log: dict, draft_s: float) -> PipelineCalibration:
     kinds = np.asarray(log["kind"], dtype=object)
     drafted = np.asarray(log["drafted"], dtype=np.int64)
     speculative, verify = kinds == "speculative", kinds == "verify"
-    empty_share, empty_attempts = _empty_drafts(len(kinds), int(speculative.sum()))
+    spec_runs = int(speculative.sum())
+    if empty_drafts is None:
+        empty_share, empty_attempts = _empty_drafts(len(kinds), spec_runs)
+    else:
+        attempts = empty_drafts + spec_runs
+        empty_share = empty_drafts / attempts if attempts else 0.0
+        empty_attempts = float(empty_drafts)
     forwards = drafted.sum() + empty_attempts
     draft_token_s = draft_s / forwards if forwards else 0.0
     committed = np.asarray(log["committed"], dtype=np.int64)

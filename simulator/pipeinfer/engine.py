@@ -113,6 +113,7 @@ class PipelineSimulation:
             )
         }  # fmt: skip
         self.draft_s = 0.0
+        self.empty_drafts = 0  # speculation attempts that drafted nothing
         self._ids = 0
         self._cancelled: list[SimRun] = []  # to log once every stage has let go of them
         for stage in range(1, timing.stages):
@@ -131,6 +132,7 @@ class PipelineSimulation:
         )
         records.info["pipeline_runs"] = json.dumps(self.log, separators=(",", ":"))
         records.info["pipeline_draft_s"] = repr(float(self.draft_s))
+        records.info["pipeline_empty_drafts"] = str(self.empty_drafts)
         return records
 
     def _serve_all(self, workload: Workload, recorder: Recorder) -> Generator:
@@ -194,6 +196,7 @@ class PipelineSimulation:
         speculation): its drafts guess output positions chain_tail, chain_tail + 1, ...
         An empty draft launches nothing and pauses speculation until the next result."""
         if self.rng.random() < self.policy.empty_draft_share:
+            self.empty_drafts += 1
             yield from self._draft(r, 1, r.prompt + r.chain_tail)
             r.paused = True
             return
