@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import real_backend.length_predictor.predictor  # noqa: F401  (registers the learned predictor)
 from kernels.dispatch import KernelChoice, KernelUnavailable
 from real_backend.decoders.factory import build_decoder
 from real_backend.engine import RealEngine, ServeOptions

@@ -125,9 +125,10 @@ class SimReplica:
         self._release_drafts(plan.preempted)
         steps = 1 if self.pipeline else min(plan.repeatable_steps, self.max_span_steps)
         durations = self._durations(plan, steps)  # (steps,)
-        if self._idle_s > 0.0:  # the first step wakes an idle engine
-            durations[0] += self.cost_model.wake_s(self._idle_s)
-            self._idle_s = 0.0
+        idle_s, self._idle_s = self._idle_s, 0.0
+        if idle_s > 0.0 and self.pipeline is None:  # the first step wakes an idle engine
+            # (a virtual engine of a pipeline shares stages its siblings may have kept busy)
+            durations[0] += self.cost_model.wake_s(idle_s)
         self._plan = plan
         if self.pipeline is not None:
             tokens = plan.prefill_tokens + (

@@ -17,6 +17,7 @@ from simulator.decoders.stepper import MultiTokenStepper
 from simulator.engine import ProgressFn, RunMonitor, Simulation
 from simulator.pipeline import StagePipeline, stage_pipeline
 from workbench.errors import WorkbenchError
+from workbench.plugins import load_predictor_plugin
 from workbench.records import RunRecords
 from workbench.scenario.decoders import PIPELINE_DECODER_KINDS, lookahead_slots
 from workbench.scenario.scenario import Scenario
@@ -78,6 +79,7 @@ def prepare(
     workload = workload if workload is not None else workload_for(scenario)
     path = scenario.model.config_path  # a learned length predictor reads prompts with it
     checkpoint = None if path is None else (path if path.is_dir() else path.parent)
+    load_predictor_plugin(scenario.scheduler)  # the learned one comes with the real backend
     workload = with_predictions(workload, scenario.scheduler, scenario.seed, checkpoint)
     num_blocks = replica_kv_blocks(scenario) // engines  # vLLM: each engine its share
     slots = lookahead_slots(scenario.decoder)

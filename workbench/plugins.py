@@ -1,11 +1,16 @@
 """What the core needs from a backend, loaded on demand: backends fill the core's registries
-when imported, and this top-floor module imports them only when a scenario asks."""
+when imported, and this module imports them only when a scenario asks (the simulator calls
+it before it makes predictions; the real backend registers its own on import)."""
 
 from __future__ import annotations
 
 from workbench.errors import WorkbenchError
 from workbench.scenario.system import SchedulerConfig
-from workbench.scheduling.length_predictors import PREDICTORS, scheduler_predictor
+from workbench.scheduling.length_predictors import (
+    PREDICTORS,
+    predictor_field,
+    scheduler_predictor,
+)
 
 
 def load_predictor_plugin(scheduler: SchedulerConfig) -> None:
@@ -19,5 +24,5 @@ def load_predictor_plugin(scheduler: SchedulerConfig) -> None:
         raise WorkbenchError(
             f"the learned predictor runs the served model and needs torch ({exc.name} is "
             "missing): pip install -e '.[real]' -c constraints.txt",
-            field="predictor",
+            field=predictor_field(scheduler),
         ) from None

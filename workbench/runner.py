@@ -13,7 +13,6 @@ from typing import Protocol
 
 from workbench.errors import WorkbenchError
 from workbench.metrics import DEFAULT_PERCENTILES, SummaryValue, summarize
-from workbench.plugins import load_predictor_plugin
 from workbench.records import RunMeta, RunRecords
 from workbench.scenario.decoders import PipeInferDecoderConfig, SpeculativeDecoderConfig
 from workbench.scenario.scenario import Scenario
@@ -104,7 +103,6 @@ def preflight(points: list[SweepPoint], *, source: str, store: ResultsStore | No
 
 def _preflight_point(scenario: Scenario, store: ResultsStore | None) -> None:
     scenario = with_model_source(scenario)
-    load_predictor_plugin(scenario.scheduler)
     if scenario.backend == "sim":
         from simulator.run import prepare
 
@@ -290,7 +288,6 @@ def run_backend(
 
     store: the results database, where the simulator finds a run to calibrate from."""
     scenario = with_model_source(scenario)
-    load_predictor_plugin(scenario.scheduler)
     if scenario.backend == "sim":
         from simulator.run import simulate
 

@@ -142,7 +142,13 @@ def _resume_or_new(
 
 
 def _conditions(profile: Profile) -> tuple[object, ...]:
-    return (profile.checkpoint, profile.device, profile.dtype, profile.threads, profile.grid)
+    # decode_attention: profiles begun before schema 9 recorded neither padding nor idle
+    # time, so an interrupted one is not resumed with points that do
+    attention = profile.info.get("decode_attention")
+    return (
+        profile.checkpoint, profile.device, profile.dtype, profile.threads, profile.grid,
+        attention,
+    )  # fmt: skip
 
 
 def _new_profile(target: CalibrationTarget, grid: Grid, name: str, args: ModelArgs) -> Profile:

@@ -10,8 +10,10 @@ From the run log a real pipeline run keeps (`info["pipeline_runs"]`):
   of drafted tokens the target accepted: per synchronous run exactly (its commit less the
   bonus token), per asynchronous run from what the committing runs added;
 - the share of speculation attempts whose draft came out empty, which pauses speculation
-  until the next result: counted by the head (`info["pipeline_empty_drafts"]`), else, for
-  runs stored before it was, estimated from runs per result.
+  until the next result (with `p_decay` 0, the default: otherwise the real head retries at
+  once with a lower threshold, which the step model does not): counted by the head
+  (`info["pipeline_empty_drafts"]`), else, for runs stored before it was, estimated from
+  runs per result.
 """
 
 from __future__ import annotations

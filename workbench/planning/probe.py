@@ -19,7 +19,6 @@ from typing import Any
 from workbench.errors import WorkbenchError
 from workbench.planning.monitor import SloMonitor
 from workbench.planning.slo import Verdict, evaluate
-from workbench.plugins import load_predictor_plugin
 from workbench.records import RunRecords
 from workbench.scenario.loader import set_dotted, validate_scenario
 from workbench.scenario.plan import PlanSLO
@@ -76,7 +75,6 @@ def run_probe(
     started = time.perf_counter()
     monitor = SloMonitor(slo, scenario.workload.num_requests) if slo and early_stop else None
     try:
-        load_predictor_plugin(scenario.scheduler)
         records = simulate(scenario, monitor=monitor)
     except WorkbenchError as refusal:
         return None, None, refusal.one_line(), time.perf_counter() - started

@@ -138,12 +138,13 @@ def with_predictions(
     except WorkbenchError as exc:
         if exc.field is None or not exc.field.startswith("predictor"):
             raise
-        field = exc.field.replace("predictor", _predictor_field(scheduler), 1)
+        field = exc.field.replace("predictor", predictor_field(scheduler), 1)
         raise WorkbenchError(exc.detail, source=exc.source, field=field) from None
     return dataclasses.replace(workload, predicted_tokens=predicted)
 
 
-def _predictor_field(scheduler: SchedulerConfig) -> str:
+def predictor_field(scheduler: SchedulerConfig) -> str:
+    """Where the scheduler section names its predictor, for error messages."""
     if isinstance(scheduler, SequenceSchedulingConfig):
         return "scheduler.predictor"
     return "scheduler.admission.predictor"
