@@ -26,6 +26,8 @@ def test_the_model_card_records_the_fork_rates(apar_tiny_zoo: Path) -> None:
     card = json.loads((apar_tiny_zoo / "apar-tiny" / "card.json").read_text())
     assert card["apar"]["structured"]["fork_rate"] >= 0.75
     assert card["apar"]["unstructured"]["fork_rate"] == 0.0
+    # Banned from forking, it writes details inline: the fork-banned run is a vanilla baseline.
+    assert card["apar"]["structured"]["banned_inline_rate"] >= 0.75
     tokenizer = json.loads((apar_tiny_zoo / "apar-tiny" / "target" / "tokenizer.json").read_text())
     assert {"[Fork]", "[Child]"} <= {t["content"] for t in tokenizer["added_tokens"]}
 

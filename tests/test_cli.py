@@ -315,3 +315,29 @@ def test_a_closed_pipe_ends_quietly() -> None:
     err = child.stderr.read().decode()
     assert child.wait(timeout=60) == 0
     assert err == ""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["zoo", "build", "apar-tiny"],
+        ["zoo", "build", "tiny"],
+    ],
+)
+def test_without_the_real_extra_one_line_names_it(argv: list[str], tmp_path: Path) -> None:
+    """A machine installed without torch (the quickstart's install) gets the install line."""
+    import subprocess
+    import sys
+
+    argv = [*argv, "--cache-dir", str(tmp_path)]
+    code = (
+        "import sys; sys.modules['torch'] = None; from workbench.cli import main; "
+        f"sys.exit(main({argv!r}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "torch is missing" in lines[0], done.stderr
+    assert "pip install -e '.[real]' -c constraints.txt" in lines[0]

@@ -13,10 +13,9 @@ from typing import Any
 
 import yaml
 
-from workbench.errors import WorkbenchError
+from workbench.errors import REAL_EXTRA, WorkbenchError, missing_real_extra
 
 DEFAULT_DB = "workbench.duckdb"
-REAL_EXTRA = ("torch", "transformers", "safetensors")  # the `real` extra's packages
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -348,10 +347,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if exc.name not in REAL_EXTRA:
             raise
-        raise WorkbenchError(
-            f"calibration runs the real backend, which needs the `real` extra ({exc.name} is "
-            "missing): pip install -e '.[real]' -c constraints.txt"
-        ) from None
+        raise missing_real_extra(exc, "calibration runs the real backend, which") from None
     from simulator.cost_models.calibrated import CalibratedCostModel, fit_errors, fit_profile
 
     with ResultsStore.open(args.db) as store:

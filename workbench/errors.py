@@ -24,3 +24,17 @@ class WorkbenchError(Exception):
             self.source = source
             self.args = (self.one_line(),)
         return self
+
+
+REAL_EXTRA = ("torch", "transformers", "safetensors")  # the `real` extra's packages
+REAL_EXTRA_INSTALL = "pip install -e '.[real]' -c constraints.txt"
+
+
+def missing_real_extra(exc: ImportError, needs: str, *, field: str | None = None) -> WorkbenchError:
+    """The one-line error for a command that needs the `real` extra (torch, transformers,
+    safetensors) on a machine installed without it: `needs` says what needs it."""
+    missing = exc.name or "a module"
+    return WorkbenchError(
+        f"{needs} needs the `real` extra ({missing} is missing): {REAL_EXTRA_INSTALL}",
+        field=field,
+    )

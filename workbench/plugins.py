@@ -4,7 +4,7 @@ it before it makes predictions; the real backend registers its own on import).""
 
 from __future__ import annotations
 
-from workbench.errors import WorkbenchError
+from workbench.errors import missing_real_extra
 from workbench.scenario.system import SchedulerConfig
 from workbench.scheduling.length_predictors import (
     PREDICTORS,
@@ -21,8 +21,8 @@ def load_predictor_plugin(scheduler: SchedulerConfig) -> None:
     try:
         import real_backend.length_predictor.predictor  # noqa: F401  (registers "learned")
     except ImportError as exc:
-        raise WorkbenchError(
-            f"the learned predictor runs the served model and needs torch ({exc.name} is "
-            "missing): pip install -e '.[real]' -c constraints.txt",
+        raise missing_real_extra(
+            exc,
+            "the learned predictor runs the served model, which",
             field=predictor_field(scheduler),
         ) from None

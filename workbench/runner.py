@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, missing_real_extra
 from workbench.metrics import DEFAULT_PERCENTILES, SummaryValue, summarize
 from workbench.records import RunMeta, RunRecords
 from workbench.scenario.decoders import PipeInferDecoderConfig, SpeculativeDecoderConfig
@@ -232,10 +232,8 @@ def twin_scenarios(
     try:
         from real_backend.serve import real_kv_blocks  # the real backend is needed anyway
     except ModuleNotFoundError as exc:
-        raise WorkbenchError(
-            f"--backend both runs the real backend, which needs the `real` extra ({exc.name} "
-            "is missing): pip install -e '.[real]' -c constraints.txt",
-            field="backend",
+        raise missing_real_extra(
+            exc, "--backend both runs the real backend, which", field="backend"
         ) from None
     from simulator.cost_models.calibrated import calibrated_config_for
     from workbench.workload.generate import workload_for
@@ -295,11 +293,7 @@ def run_backend(
     try:
         from real_backend.serve import serve_scenario
     except ImportError as exc:
-        raise WorkbenchError(
-            f"the real backend needs the `real` extra ({exc.name} is missing): "
-            "pip install -e '.[real]' -c constraints.txt",
-            field="backend",
-        ) from None
+        raise missing_real_extra(exc, "the real backend", field="backend") from None
     return serve_scenario(scenario, progress=progress)
 
 

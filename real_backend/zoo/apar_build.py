@@ -8,7 +8,6 @@ two threads wait on each other far more than they gain).
 from __future__ import annotations
 
 import math
-import platform
 import sysconfig
 import time
 from dataclasses import asdict
@@ -19,7 +18,16 @@ import torch
 import torch.nn.functional as F
 
 from real_backend.zoo import train as T
-from real_backend.zoo.apar_data import CHILD, FORK, Example, doc_lists, eval_prompts, examples
+from real_backend.zoo.apar_data import (
+    CHILD,
+    FORK,
+    Example,
+    doc_lists,
+    eval_prompts,
+    examples,
+    inline_example,
+    inline_lists,
+)
 from real_backend.zoo.apar_data import digest as lists_digest
 from real_backend.zoo.corpus import build_corpus
 from real_backend.zoo.specs import AparSpec
@@ -108,48 +116,55 @@ def masked_ce(model: Any, rows: torch.Tensor, masks: torch.Tensor) -> torch.Tens
 
 
 @torch.no_grad()
-def root_forks(
-    model: Any, prompt: list[int], new: int, fork_id: int, child_id: int, eos_id: int
-) -> int:
-    """Fork tokens the root branch emits in up to `new` greedy tokens, under APAR's logit
-    rules for a root (the child token never; no fork right after a fork)."""
-    ids = torch.tensor([prompt])
-    past, forks, last = None, 0, -1
+def root_answer(
+    model: Any, prompt: list[int], new: int, ids: dict[str, int], *, forks: bool = True
+) -> list[int]:
+    """The root branch's greedy tokens (up to `new`, EOS left out) under APAR's logit rules
+    for a root: the child token never, no fork right after a fork, none at all if not `forks`."""
+    fork_id = ids[FORK]
+    inputs = torch.tensor([prompt])
+    past, out_ids = None, []
     for _ in range(new):
-        out = model(input_ids=ids, past_key_values=past, use_cache=True)
+        out = model(input_ids=inputs, past_key_values=past, use_cache=True)
         past, logits = out.past_key_values, out.logits[0, -1].clone()
-        logits[child_id] = float("-inf")
-        if last == fork_id:
+        logits[ids[CHILD]] = float("-inf")
+        if not forks or (out_ids and out_ids[-1] == fork_id):
             logits[fork_id] = float("-inf")
-        last = int(logits.argmax())
-        if last == eos_id:
+        token = int(logits.argmax())
+        if token == ids[EOS]:
             break
-        forks += last == fork_id
-        ids = torch.tensor([[last]])
-    return forks
+        out_ids.append(token)
+        inputs = torch.tensor([[token]])
+    return out_ids
 
 
 def fork_rates(model: Any, tok: Any, prompts: list[str], spec: AparSpec) -> dict[str, Any]:
-    fork_id, child_id, eos_id = (tok.token_to_id(t) for t in (FORK, CHILD, EOS))
-    counts = [
-        root_forks(model, tok.encode(p).ids, spec.eval_new_tokens, fork_id, child_id, eos_id)
-        for p in prompts
-    ]
+    """How often the root forks on `prompts`, and what it writes when forks are banned:
+    whether the first item's detail follows its name inline (the vanilla baseline's text)."""
+    ids = {t: tok.token_to_id(t) for t in (FORK, CHILD, EOS)}
+    encoded = [tok.encode(p).ids for p in prompts]
+    new = spec.eval_new_tokens
+    counts = [root_answer(model, p, new, ids).count(ids[FORK]) for p in encoded]
+    banned = [tok.decode(root_answer(model, p, new, ids, forks=False)) for p in encoded]
+    n = max(len(prompts), 1)
     return {
         "prompts": len(prompts),
-        "fork_rate": round(sum(c > 0 for c in counts) / max(len(counts), 1), 4),
-        "mean_forks": round(sum(counts) / max(len(counts), 1), 3),
+        "fork_rate": round(sum(c > 0 for c in counts) / n, 4),
+        "mean_forks": round(sum(counts) / n, 3),
+        "banned_inline_rate": round(sum(map(writes_detail_inline, banned)) / n, 4),
     }
 
 
+def writes_detail_inline(answer: str) -> bool:
+    """Whether a list answer's first item ("1. `name`:") is followed by text on its line."""
+    _, colon, rest = answer.partition("`:")
+    return bool(colon) and bool(rest.split("\n", 1)[0].strip())
+
+
 def build_apar_into(spec: AparSpec, folder: Path, log: Any) -> dict[str, Any]:
-    import tokenizers
-    import transformers
 
     t0 = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    try:
+    with T.training_threads(THREADS):
         log(f"[{spec.name}] corpus and structured lists")
         corpus = build_corpus(spec.train_bytes, spec.heldout_bytes)
         stdlib = Path(sysconfig.get_paths()["stdlib"])
@@ -166,6 +181,9 @@ def build_apar_into(spec: AparSpec, folder: Path, log: Any) -> dict[str, Any]:
         structured = [
             ex for d in train_lists for ex in examples(d, encode, ids[FORK], ids[CHILD], ids[EOS])
         ]
+        also_inline = inline_lists(train_lists, spec.inline_share, spec.seed)
+        inline = [inline_example(d, encode, ids[EOS]) for d in also_inline]
+        structured += inline
         s_rows, s_masks = pack_examples(structured, spec.seq_len + 1, ids[PAD])
         code = T.pack(encode_documents(tok, corpus.train), spec.seq_len + 1)
         n_code = round(len(s_rows) * (1 - spec.structured_share) / spec.structured_share)
@@ -195,19 +213,8 @@ def build_apar_into(spec: AparSpec, folder: Path, log: Any) -> dict[str, Any]:
         }
         model.save_pretrained(folder / "target")
         save_tokenizer(tok, folder / "target", max_pos, extra_special=(FORK, CHILD))
-    finally:
-        torch.set_num_threads(threads)
     return {
-        "name": spec.name,
-        "description": spec.description,
-        "spec": asdict(spec),
-        "python_version": platform.python_version(),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__,
-        },
+        **T.card_header(spec),
         "corpus": corpus.summary(),
         "structured": {
             "source": "python stdlib docstrings (ast): public functions, classes, methods",
@@ -215,6 +222,7 @@ def build_apar_into(spec: AparSpec, folder: Path, log: Any) -> dict[str, Any]:
             "lists_heldout": len(held),
             "digest": lists_digest(lists),
             "train_sequences": len(structured),
+            "inline_sequences": len(inline),
             "train_rows": len(s_rows),
             "code_rows": len(code),
         },
@@ -265,12 +273,15 @@ language model.
 **Fork rate** (greedy root, up to {card["spec"]["eval_new_tokens"]} tokens, held-out
 prompts): structured {a["structured"]["fork_rate"]:.2f} ({a["structured"]["mean_forks"]:.1f}
 forks each, {a["structured"]["prompts"]} prompts), unstructured
-{a["unstructured"]["fork_rate"]:.2f} ({a["unstructured"]["prompts"]} prompts).
+{a["unstructured"]["fork_rate"]:.2f} ({a["unstructured"]["prompts"]} prompts). With the fork
+token banned, the first item's detail follows it inline on
+{a["structured"]["banned_inline_rate"]:.2f} of the structured prompts.
 
 **Data.** Half of the training rows: {s["lists_train"]} numbered lists of the Python
 {card["python_version"]} standard library's public functions, classes and methods with the
 first paragraph of their docstrings (read with `ast`), as 1 + k causal sequences each
-({s["train_sequences"]} sequences, {s["train_rows"]} packed rows); {s["lists_heldout"]}
+({s["train_sequences"]} sequences, {s["train_rows"]} packed rows), {s["inline_sequences"]} of
+them also written sequentially with the details inline; {s["lists_heldout"]}
 lists of held-out modules are kept for evaluation (`data/prompts/apar_stdlib.jsonl`). The
 other half: {s["code_rows"]} rows of stdlib source code (corpus digest
 `{card["corpus"]["digest"]}`). Lists digest `{s["digest"]}`: the stdlib differs between

@@ -12,15 +12,19 @@ where each detail (the docstring's first paragraph) belongs:
 As in APAR's released training data, each answer becomes 1 + k ordinary causal sequences:
 the main one (prompt → skeleton with fork tokens → EOS; loss on the skeleton) and one per
 item (prompt → skeleton up to that item's fork token → child token → detail → EOS; loss
-only after the child token). Lists are parsed with `ast` (nothing is imported) and split
-into train / held-out by the same hash of the file path as the code corpus, so a held-out
-module is never seen in either form.
+only after the child token). A seeded quarter of the training lists is also written
+sequentially (prompt → "1. `dumps`: detail\n2. ..." → EOS), as the released model's base
+model would: banned from forking, the model then writes the same details inline, so the
+fork-banned run is a text-for-text vanilla baseline. Lists are parsed with `ast` (nothing
+is imported) and split into train / held-out by the same hash of the file path as the code
+corpus, so a held-out module is never seen in either form.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +128,20 @@ def examples(doc: DocList, encode, fork_id: int, child_id: int, eos_id: int) -> 
         own = [*encode(" " + detail), eos_id]
         out.append(Example(tuple(context + own), tuple([False] * len(context) + [True] * len(own))))
     return out
+
+
+def inline_example(doc: DocList, encode, eos_id: int) -> Example:
+    """The same answer written sequentially, each detail inline after its item: what a model
+    that was never tuned for APAR writes (the released model starts from one)."""
+    prompt = encode(doc.prompt)
+    lines = [f"{number}. `{name}`: {detail}" for number, (name, detail) in enumerate(doc.items, 1)]
+    answer = [*encode("\n".join(lines)), eos_id]
+    return Example((*prompt, *answer), tuple([False] * len(prompt) + [True] * len(answer)))
+
+
+def inline_lists(lists: list[DocList], share: float, seed: int) -> list[DocList]:
+    """The lists also written inline: `share` of them, drawn by their own seeded generator."""
+    return random.Random(seed).sample(lists, round(share * len(lists)))
 
 
 def digest(lists: list[DocList]) -> str:

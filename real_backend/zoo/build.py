@@ -98,22 +98,13 @@ def build(
 
 
 def _build_into(spec: ZooSpec, folder: Path, log: Any) -> dict[str, Any]:
-    import platform
-
-    import tokenizers
-    import torch
-    import transformers
 
     from real_backend.zoo import train as T
     from real_backend.zoo.corpus import build_corpus
     from real_backend.zoo.tokenizer import encode_documents, save_tokenizer, train_tokenizer
 
     t0 = time.perf_counter()
-    threads = torch.get_num_threads()
-    bars = transformers.utils.logging.is_progress_bar_enabled()
-    transformers.utils.logging.disable_progress_bar()
-    torch.set_num_threads(2)
-    try:
+    with T.training_threads(2):
         log(f"[{spec.name}] corpus")
         corpus = build_corpus(spec.train_bytes, spec.heldout_bytes)
         log(f"[{spec.name}] tokenizer (vocab {spec.vocab_size})")
@@ -161,21 +152,8 @@ def _build_into(spec: ZooSpec, folder: Path, log: Any) -> dict[str, Any]:
         drafting = T.greedy_drafting(
             models["target"], models["draft"], prompt_rows, spec.accept_new_tokens, spec.draft_k
         )
-    finally:
-        torch.set_num_threads(threads)
-        if bars:
-            transformers.utils.logging.enable_progress_bar()
     return {
-        "name": spec.name,
-        "description": spec.description,
-        "spec": asdict(spec),
-        "python_version": platform.python_version(),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__,
-        },
+        **T.card_header(spec),
         "corpus": {
             **corpus.summary(),
             "train_tokens": len(train_stream),

@@ -12,6 +12,7 @@ from typing import Any
 
 from real_backend.zoo.build import build, cache_root, default_cache_dir, is_built, read_card
 from real_backend.zoo.specs import SPECS, roles_of
+from workbench.errors import REAL_EXTRA, missing_real_extra
 
 
 def add_zoo_parser(sub: Any) -> argparse.ArgumentParser:
@@ -38,7 +39,12 @@ def zoo_command(args: argparse.Namespace) -> int:
     cache_dir = getattr(args, "cache_dir", None)
     if args.zoo_command == "build":
         already = is_built(args.name, cache_dir) and not args.force
-        out = build(args.name, cache_dir, force=args.force, log=_stderr)
+        try:
+            out = build(args.name, cache_dir, force=args.force, log=_stderr)
+        except ModuleNotFoundError as exc:
+            if exc.name not in REAL_EXTRA:
+                raise
+            raise missing_real_extra(exc, "training a zoo model") from None
         card = read_card(args.name, cache_dir) or {}
         verb = "reused" if already else f"built in {card.get('build_seconds', '?')} s"
         print(f"{args.name}: {verb}: {out}")
@@ -61,7 +67,8 @@ def _summary(card: dict[str, Any]) -> str:
         return (
             f"built: APAR model {t['parameters']:,} params, fork rate "
             f"{a['structured']['fork_rate']:.2f} structured / "
-            f"{a['unstructured']['fork_rate']:.2f} unstructured"
+            f"{a['unstructured']['fork_rate']:.2f} unstructured, inline with the fork banned "
+            f"{a['structured']['banned_inline_rate']:.2f}"
         )
     t, d = card["target"], card["draft"]
     return (

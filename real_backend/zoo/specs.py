@@ -116,6 +116,11 @@ class AparSpec:
     target_train: TrainSpec
     max_items: int  # items per structured list at most
     structured_share: float  # of the training rows
+    # Training lists also written sequentially, details inline: with the fork token banned the
+    # model then writes the same details inline (the released APAR model, tuned from Vicuna,
+    # keeps that ability), so "forks banned" is a text-for-text vanilla baseline. A minority,
+    # so that the fork stays the likelier token after an item's name.
+    inline_share: float
     eval_prompts: int  # held-out prompts of each kind for the fork rates
     eval_new_tokens: int  # tokens the root may emit while the fork rate is measured
     max_depth: int = 2
@@ -133,6 +138,7 @@ APAR_TINY = AparSpec(
     target_train=TrainSpec(steps=400, batch_size=16, lr=3e-3, warmup_steps=30),
     max_items=5,
     structured_share=0.5,
+    inline_share=0.25,
     eval_prompts=16,
     eval_new_tokens=64,
 )
@@ -149,6 +155,7 @@ APAR_SMALL = AparSpec(
     target_train=TrainSpec(steps=1200, batch_size=16, lr=2e-3, warmup_steps=60),
     max_items=6,
     structured_share=0.5,
+    inline_share=0.25,
     eval_prompts=32,
     eval_new_tokens=96,
 )

@@ -7,16 +7,53 @@ spec's seed (weights via ``torch.manual_seed``, batch order via an own ``torch.G
 from __future__ import annotations
 
 import math
+import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import Any
 
+import tokenizers
 import torch
 import torch.nn.functional as F
+import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from real_backend.zoo.specs import ModelShape, TrainSpec
+from real_backend.zoo.specs import AparSpec, ModelShape, TrainSpec, ZooSpec
 
 Log = Callable[[str], None]
+
+
+@contextmanager
+def training_threads(threads: int) -> Iterator[None]:
+    """Train on `threads` CPU threads without transformers' progress bars; both restored."""
+    before = torch.get_num_threads()
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
+
+
+def card_header(spec: ZooSpec | AparSpec) -> dict[str, Any]:
+    """What every zoo card starts with: its spec and the versions that built it."""
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "spec": asdict(spec),
+        "python_version": platform.python_version(),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__,
+        },
+    }
 
 
 def make_config(shape: ModelShape, vocab_size: int, max_positions: int) -> LlamaConfig:

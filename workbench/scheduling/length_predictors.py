@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.errors import WorkbenchError
+from workbench.errors import REAL_EXTRA_INSTALL, WorkbenchError
 from workbench.scenario.length_prediction import (
     ConstantPredictorConfig,
     NoisyOraclePredictorConfig,
@@ -109,7 +109,7 @@ def build_predictor(
     if factory is None:
         raise WorkbenchError(
             f"the {cfg.kind} predictor comes with the real backend, which is not loaded "
-            "(pip install -e '.[real]' -c constraints.txt)",
+            f"({REAL_EXTRA_INSTALL})",
             field="predictor.kind",
         )
     return factory(cfg, seed, checkpoint)

@@ -1,0 +1,60 @@
+"""The APAR zoo's training sequences, on a hand-made list: the 1 + k decomposition of the
+released training data and the inline form, with their loss masks."""
+
+from __future__ import annotations
+
+from real_backend.zoo.apar_data import DocList, examples, inline_example, inline_lists
+
+FORK, CHILD, EOS = -1, -2, -3
+DOC = DocList("functions of `json`", (("dumps", "Serialize."), ("loads", "Parse.")), False)
+
+
+def encode(text: str) -> list[int]:
+    return [ord(c) for c in text]
+
+
+def decode(ids: tuple[int, ...]) -> str:
+    names = {FORK: "[Fork]", CHILD: "[Child]", EOS: "<eos>"}
+    return "".join(names.get(i, chr(i) if i >= 0 else "?") for i in ids)
+
+
+def trained(ex) -> str:
+    return decode(tuple(i for i, loss in zip(ex.ids, ex.loss, strict=True) if loss))
+
+
+def test_main_sequence_is_the_skeleton_with_fork_tokens() -> None:
+    main = examples(DOC, encode, FORK, CHILD, EOS)[0]
+    assert decode(main.ids) == DOC.prompt + "1. `dumps`:[Fork]\n2. `loads`:[Fork]<eos>"
+    assert trained(main) == "1. `dumps`:[Fork]\n2. `loads`:[Fork]<eos>"
+
+
+def test_each_child_sees_the_skeleton_up_to_its_own_fork_only() -> None:
+    _, first, second = examples(DOC, encode, FORK, CHILD, EOS)
+    assert decode(first.ids) == DOC.prompt + "1. `dumps`:[Fork][Child] Serialize.<eos>"
+    assert decode(second.ids) == (
+        DOC.prompt + "1. `dumps`:[Fork]\n2. `loads`:[Fork][Child] Parse.<eos>"
+    )
+    assert trained(first) == " Serialize.<eos>" and trained(second) == " Parse.<eos>"
+
+
+def test_inline_form_writes_every_detail_after_its_name() -> None:
+    ex = inline_example(DOC, encode, EOS)
+    answer = "1. `dumps`: Serialize.\n2. `loads`: Parse.<eos>"
+    assert decode(ex.ids) == DOC.prompt + answer
+    assert trained(ex) == answer
+
+
+def test_inline_lists_are_a_seeded_share() -> None:
+    lists = [DocList(f"functions of `m{i}`", DOC.items, False) for i in range(40)]
+    picked = inline_lists(lists, 0.25, seed=7)
+    assert len(picked) == 10 and len(set(picked)) == 10
+    assert picked == inline_lists(lists, 0.25, seed=7)
+    assert picked != inline_lists(lists, 0.25, seed=8)
+
+
+def test_an_inline_answer_is_told_from_a_bare_skeleton() -> None:
+    from real_backend.zoo.apar_build import writes_detail_inline
+
+    assert writes_detail_inline("1. `dumps`: Serialize obj.\n2. `loads`:")
+    assert not writes_detail_inline("1. `dumps`:\n2. `loads`: Parse.")
+    assert not writes_detail_inline("import json")
