@@ -341,3 +341,4 @@ def test_without_the_real_extra_one_line_names_it(argv: list[str], tmp_path: Pat
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "torch is missing" in lines[0], done.stderr
     assert "pip install -e '.[real]' -c constraints.txt" in lines[0]
+    assert list(tmp_path.glob("*.partial")) == []  # a failed build leaves nothing behind

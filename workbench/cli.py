@@ -347,7 +347,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if exc.name not in REAL_EXTRA:
             raise
-        raise missing_real_extra(exc, "calibration runs the real backend, which") from None
+        raise missing_real_extra(exc, "calibration runs the real backend") from None
     from simulator.cost_models.calibrated import CalibratedCostModel, fit_errors, fit_profile
 
     with ResultsStore.open(args.db) as store:

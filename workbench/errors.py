@@ -30,11 +30,11 @@ REAL_EXTRA = ("torch", "transformers", "safetensors")  # the `real` extra's pack
 REAL_EXTRA_INSTALL = "pip install -e '.[real]' -c constraints.txt"
 
 
-def missing_real_extra(exc: ImportError, needs: str, *, field: str | None = None) -> WorkbenchError:
-    """The one-line error for a command that needs the `real` extra (torch, transformers,
-    safetensors) on a machine installed without it: `needs` says what needs it."""
+def missing_real_extra(exc: ImportError, what: str, *, field: str | None = None) -> WorkbenchError:
+    """The one-line error for `what` (e.g. "calibration runs the real backend") on a machine
+    installed without the `real` extra (torch, transformers, safetensors)."""
     missing = exc.name or "a module"
     return WorkbenchError(
-        f"{needs} needs the `real` extra ({missing} is missing): {REAL_EXTRA_INSTALL}",
+        f"{what}: that needs the `real` extra ({missing} is missing): {REAL_EXTRA_INSTALL}",
         field=field,
     )

@@ -23,6 +23,6 @@ def load_predictor_plugin(scheduler: SchedulerConfig) -> None:
     except ImportError as exc:
         raise missing_real_extra(
             exc,
-            "the learned predictor runs the served model, which",
+            "the learned predictor runs the served model",
             field=predictor_field(scheduler),
         ) from None

@@ -233,7 +233,7 @@ def twin_scenarios(
         from real_backend.serve import real_kv_blocks  # the real backend is needed anyway
     except ModuleNotFoundError as exc:
         raise missing_real_extra(
-            exc, "--backend both runs the real backend, which", field="backend"
+            exc, "--backend both runs the real backend", field="backend"
         ) from None
     from simulator.cost_models.calibrated import calibrated_config_for
     from workbench.workload.generate import workload_for
@@ -293,7 +293,7 @@ def run_backend(
     try:
         from real_backend.serve import serve_scenario
     except ImportError as exc:
-        raise missing_real_extra(exc, "the real backend", field="backend") from None
+        raise missing_real_extra(exc, "the real backend runs PyTorch", field="backend") from None
     return serve_scenario(scenario, progress=progress)
 
 

@@ -21,12 +21,14 @@ from real_backend.zoo import train as T
 from real_backend.zoo.apar_data import (
     CHILD,
     FORK,
+    DocList,
     Example,
     doc_lists,
     eval_prompts,
     examples,
     inline_example,
     inline_lists,
+    writes_detail_inline,
 )
 from real_backend.zoo.apar_data import digest as lists_digest
 from real_backend.zoo.corpus import build_corpus
@@ -138,31 +140,38 @@ def root_answer(
     return out_ids
 
 
-def fork_rates(model: Any, tok: Any, prompts: list[str], spec: AparSpec) -> dict[str, Any]:
-    """How often the root forks on `prompts`, and what it writes when forks are banned:
-    whether the first item's detail follows its name inline (the vanilla baseline's text)."""
+def fork_rates(
+    model: Any, tok: Any, prompts: list[str], spec: AparSpec, *, lists: bool = True
+) -> dict[str, Any]:
+    """How often the root forks on `prompts`; for list prompts (`lists`), also what it writes
+    when forks are banned: whether the first item's detail follows its name inline (the
+    vanilla baseline's text)."""
     ids = {t: tok.token_to_id(t) for t in (FORK, CHILD, EOS)}
     encoded = [tok.encode(p).ids for p in prompts]
     new = spec.eval_new_tokens
     counts = [root_answer(model, p, new, ids).count(ids[FORK]) for p in encoded]
-    banned = [tok.decode(root_answer(model, p, new, ids, forks=False)) for p in encoded]
     n = max(len(prompts), 1)
-    return {
+    rates = {
         "prompts": len(prompts),
         "fork_rate": round(sum(c > 0 for c in counts) / n, 4),
         "mean_forks": round(sum(counts) / n, 3),
-        "banned_inline_rate": round(sum(map(writes_detail_inline, banned)) / n, 4),
     }
+    if lists:
+        banned = [tok.decode(root_answer(model, p, new, ids, forks=False)) for p in encoded]
+        rates["banned_inline_rate"] = round(sum(map(writes_detail_inline, banned)) / n, 4)
+    return rates
 
 
-def writes_detail_inline(answer: str) -> bool:
-    """Whether a list answer's first item ("1. `name`:") is followed by text on its line."""
-    _, colon, rest = answer.partition("`:")
-    return bool(colon) and bool(rest.split("\n", 1)[0].strip())
+def inline_rows(lists: list[DocList], encode, eos_id: int, spec: AparSpec) -> list[Example]:
+    """The inline examples: `inline_share` of the lists, drawn among those whose inline
+    example fits a training row whole (packing cuts a longer one, losing its EOS)."""
+    whole = {d: inline_example(d, encode, eos_id) for d in lists}
+    fits = [d for d, ex in whole.items() if len(ex.ids) <= spec.seq_len + 1]
+    picked = inline_lists(fits, round(spec.inline_share * len(lists)), spec.seed)
+    return [whole[d] for d in picked]
 
 
 def build_apar_into(spec: AparSpec, folder: Path, log: Any) -> dict[str, Any]:
-
     t0 = time.perf_counter()
     with T.training_threads(THREADS):
         log(f"[{spec.name}] corpus and structured lists")
@@ -181,8 +190,8 @@ def build_apar_into(spec: AparSpec, folder: Path, log: Any) -> dict[str, Any]:
         structured = [
             ex for d in train_lists for ex in examples(d, encode, ids[FORK], ids[CHILD], ids[EOS])
         ]
-        also_inline = inline_lists(train_lists, spec.inline_share, spec.seed)
-        inline = [inline_example(d, encode, ids[EOS]) for d in also_inline]
+        inline = inline_rows(train_lists, encode, ids[EOS], spec)
+        n_forked = len(structured)
         structured += inline
         s_rows, s_masks = pack_examples(structured, spec.seq_len + 1, ids[PAD])
         code = T.pack(encode_documents(tok, corpus.train), spec.seq_len + 1)
@@ -208,7 +217,7 @@ def build_apar_into(spec: AparSpec, folder: Path, log: Any) -> dict[str, Any]:
         prompts = eval_prompts(lists, stdlib)
         log(f"[{spec.name}] fork rates on held-out prompts")
         rates = {
-            kind: fork_rates(model, tok, p[: spec.eval_prompts], spec)
+            kind: fork_rates(model, tok, p[: spec.eval_prompts], spec, lists=kind == "structured")
             for kind, p in prompts.items()
         }
         model.save_pretrained(folder / "target")
@@ -221,7 +230,7 @@ def build_apar_into(spec: AparSpec, folder: Path, log: Any) -> dict[str, Any]:
             "lists_train": len(train_lists),
             "lists_heldout": len(held),
             "digest": lists_digest(lists),
-            "train_sequences": len(structured),
+            "train_sequences": n_forked,
             "inline_sequences": len(inline),
             "train_rows": len(s_rows),
             "code_rows": len(code),
@@ -280,8 +289,9 @@ token banned, the first item's detail follows it inline on
 **Data.** Half of the training rows: {s["lists_train"]} numbered lists of the Python
 {card["python_version"]} standard library's public functions, classes and methods with the
 first paragraph of their docstrings (read with `ast`), as 1 + k causal sequences each
-({s["train_sequences"]} sequences, {s["train_rows"]} packed rows), {s["inline_sequences"]} of
-them also written sequentially with the details inline; {s["lists_heldout"]}
+({s["train_sequences"]} sequences), and {s["inline_sequences"]} of the lists (of those short
+enough to fit a row whole) also written sequentially with the details inline
+({s["train_rows"]} packed rows in all); {s["lists_heldout"]}
 lists of held-out modules are kept for evaluation (`data/prompts/apar_stdlib.jsonl`). The
 other half: {s["code_rows"]} rows of stdlib source code (corpus digest
 `{card["corpus"]["digest"]}`). Lists digest `{s["digest"]}`: the stdlib differs between

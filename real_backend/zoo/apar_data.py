@@ -12,10 +12,11 @@ where each detail (the docstring's first paragraph) belongs:
 As in APAR's released training data, each answer becomes 1 + k ordinary causal sequences:
 the main one (prompt → skeleton with fork tokens → EOS; loss on the skeleton) and one per
 item (prompt → skeleton up to that item's fork token → child token → detail → EOS; loss
-only after the child token). A seeded quarter of the training lists is also written
-sequentially (prompt → "1. `dumps`: detail\n2. ..." → EOS), as the released model's base
-model would: banned from forking, the model then writes the same details inline, so the
-fork-banned run is a text-for-text vanilla baseline. Lists are parsed with `ast` (nothing
+only after the child token). A seeded quarter of the training lists (among those short
+enough to fit a training row whole) is also written sequentially (prompt → "1. `dumps`:
+detail\n2. ..." → EOS), as the released model's base model would: banned from forking,
+the model then writes the same details inline, so the fork-banned run is a text-for-text
+vanilla baseline. Lists are parsed with `ast` (nothing
 is imported) and split into train / held-out by the same hash of the file path as the code
 corpus, so a held-out module is never seen in either form.
 """
@@ -139,9 +140,16 @@ def inline_example(doc: DocList, encode, eos_id: int) -> Example:
     return Example((*prompt, *answer), tuple([False] * len(prompt) + [True] * len(answer)))
 
 
-def inline_lists(lists: list[DocList], share: float, seed: int) -> list[DocList]:
-    """The lists also written inline: `share` of them, drawn by their own seeded generator."""
-    return random.Random(seed).sample(lists, round(share * len(lists)))
+def inline_lists(lists: list[DocList], count: int, seed: int) -> list[DocList]:
+    """`count` of `lists` (all if fewer) to write inline too, drawn by their own seeded
+    generator; the caller passes only lists whose inline example fits a row whole."""
+    return random.Random(seed).sample(lists, min(count, len(lists)))
+
+
+def writes_detail_inline(answer: str) -> bool:
+    """Whether a list answer's first item ("1. `name`:") is followed by text on its line."""
+    _, colon, rest = answer.partition("`:")
+    return bool(colon) and bool(rest.split("\n", 1)[0].strip())
 
 
 def digest(lists: list[DocList]) -> str:

@@ -81,14 +81,11 @@ def build(
     partial = cache / f"{name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    if isinstance(spec, AparSpec):
-        from real_backend.zoo.apar_build import build_apar_into, render_apar_card
-
-        card = build_apar_into(spec, partial, log)
-        text = render_apar_card(card)
-    else:
-        card = _build_into(spec, partial, log)
-        text = render_card(card)
+    try:
+        card, text = _build_and_render(spec, partial, log)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # a failed build leaves nothing behind
+        raise
     (partial / CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
     (partial / "MODEL_CARD.md").write_text(text)
     if out.exists():
@@ -97,8 +94,19 @@ def build(
     return out
 
 
-def _build_into(spec: ZooSpec, folder: Path, log: Any) -> dict[str, Any]:
+def _build_and_render(
+    spec: ZooSpec | AparSpec, folder: Path, log: Any
+) -> tuple[dict[str, Any], str]:
+    if isinstance(spec, AparSpec):
+        from real_backend.zoo.apar_build import build_apar_into, render_apar_card
 
+        card = build_apar_into(spec, folder, log)
+        return card, render_apar_card(card)
+    card = _build_into(spec, folder, log)
+    return card, render_card(card)
+
+
+def _build_into(spec: ZooSpec, folder: Path, log: Any) -> dict[str, Any]:
     from real_backend.zoo import train as T
     from real_backend.zoo.corpus import build_corpus
     from real_backend.zoo.tokenizer import encode_documents, save_tokenizer, train_tokenizer

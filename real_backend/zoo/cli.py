@@ -44,7 +44,7 @@ def zoo_command(args: argparse.Namespace) -> int:
         except ModuleNotFoundError as exc:
             if exc.name not in REAL_EXTRA:
                 raise
-            raise missing_real_extra(exc, "training a zoo model") from None
+            raise missing_real_extra(exc, "`zoo build` trains a model") from None
         card = read_card(args.name, cache_dir) or {}
         verb = "reused" if already else f"built in {card.get('build_seconds', '?')} s"
         print(f"{args.name}: {verb}: {out}")
