@@ -3,13 +3,16 @@ released training data and the inline form, with their loss masks."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from real_backend.zoo.apar_data import (
     DocList,
     examples,
     inline_example,
-    inline_lists,
+    inline_rows,
     writes_detail_inline,
 )
+from real_backend.zoo.specs import SPECS
 
 FORK, CHILD, EOS = -1, -2, -3
 DOC = DocList("functions of `json`", (("dumps", "Serialize."), ("loads", "Parse.")), False)
@@ -50,34 +53,20 @@ def test_inline_form_writes_every_detail_after_its_name() -> None:
     assert trained(ex) == answer
 
 
-def test_inline_lists_are_a_seeded_share() -> None:
-    lists = [DocList(f"functions of `m{i}`", DOC.items, False) for i in range(40)]
-    picked = inline_lists(lists, 10, seed=7)
-    assert len(picked) == 10 and len(set(picked)) == 10
-    assert picked == inline_lists(lists, 10, seed=7)
-    assert picked != inline_lists(lists, 10, seed=8)
-    assert len(inline_lists(lists[:4], 10, seed=7)) == 4
-
-
 def test_an_inline_answer_is_told_from_a_bare_skeleton() -> None:
     assert writes_detail_inline("1. `dumps`: Serialize obj.\n2. `loads`:")
     assert not writes_detail_inline("1. `dumps`:\n2. `loads`: Parse.")
     assert not writes_detail_inline("import json")
 
 
-def test_inline_rows_are_whole_lists_that_fit_a_row() -> None:
-    import dataclasses
-
-    import pytest
-
-    pytest.importorskip("torch")
-    from real_backend.zoo.apar_build import inline_rows
-    from real_backend.zoo.specs import SPECS
-
-    short = [DocList(f"functions of `m{i}`", (("a", "A."), ("b", "B.")), False) for i in range(8)]
+def test_inline_rows_are_a_seeded_share_of_whole_lists_that_fit_a_row() -> None:
+    short = [DocList(f"functions of `m{i}`", (("a", "A."), ("b", "B.")), False) for i in range(16)]
     wide = (("a", "A" * 80), ("b", "B."))
-    long = [DocList(f"functions of `n{i}`", wide, False) for i in range(8)]
-    spec = dataclasses.replace(SPECS["apar-tiny"], seq_len=60, inline_share=0.5)
+    long = [DocList(f"functions of `n{i}`", wide, False) for i in range(16)]
+    spec = replace(SPECS["apar-tiny"], seq_len=60, inline_share=0.25)
     rows = inline_rows(short + long, encode, EOS, spec)
-    assert len(rows) == 8  # half of 16, all drawn from the 8 that fit
+    assert len(rows) == 8 and len(set(rows)) == 8  # a quarter of 32, drawn from the 16 that fit
     assert all(len(ex.ids) <= 61 and ex.ids[-1] == EOS for ex in rows)
+    assert rows == inline_rows(short + long, encode, EOS, spec)
+    assert rows != inline_rows(short + long, encode, EOS, replace(spec, seed=spec.seed + 1))
+    assert len(inline_rows(short[:3] + long, encode, EOS, spec)) == 3  # all that fit

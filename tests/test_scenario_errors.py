@@ -376,3 +376,18 @@ def test_entry_point_exit_code_and_no_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith("error: ")
     assert "scheduler.max_batch_sise" in done.stderr
+
+
+def test_a_missing_real_extra_package_is_one_line_and_anything_else_propagates() -> None:
+    from workbench.errors import WorkbenchError, needs_real_extra
+
+    what = "calibration runs the real backend"
+    with pytest.raises(WorkbenchError) as caught, needs_real_extra(what, field="backend"):
+        raise ModuleNotFoundError("No module named 'torch._C'", name="torch._C")
+    assert caught.value.one_line() == (
+        "backend: calibration runs the real backend: that needs the `real` extra (torch is "
+        "missing): pip install -e '.[real]' -c constraints.txt"
+    )
+    # a missing core module is a bug, not a machine's install: it propagates
+    with pytest.raises(ModuleNotFoundError), needs_real_extra(what):
+        raise ModuleNotFoundError("No module named 'duckdb'", name="duckdb")

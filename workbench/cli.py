@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from workbench.errors import REAL_EXTRA, WorkbenchError, missing_real_extra
+from workbench.errors import WorkbenchError, needs_real_extra
 
 DEFAULT_DB = "workbench.duckdb"
 
@@ -342,12 +342,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from workbench.store.db import ResultsStore
 
-    try:
+    with needs_real_extra("calibration runs the real backend"):
         from real_backend.calibration.measure import calibrate, resolve_target
-    except ModuleNotFoundError as exc:
-        if exc.name not in REAL_EXTRA:
-            raise
-        raise missing_real_extra(exc, "calibration runs the real backend") from None
     from simulator.cost_models.calibrated import CalibratedCostModel, fit_errors, fit_profile
 
     with ResultsStore.open(args.db) as store:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class WorkbenchError(Exception):
     """Bad input: printed as one line by the CLI, which then exits with status 2."""
@@ -30,11 +33,18 @@ REAL_EXTRA = ("torch", "transformers", "safetensors")  # the `real` extra's pack
 REAL_EXTRA_INSTALL = "pip install -e '.[real]' -c constraints.txt"
 
 
-def missing_real_extra(exc: ImportError, what: str, *, field: str | None = None) -> WorkbenchError:
-    """The one-line error for `what` (e.g. "calibration runs the real backend") on a machine
-    installed without the `real` extra (torch, transformers, safetensors)."""
-    missing = exc.name or "a module"
-    return WorkbenchError(
-        f"{what}: that needs the `real` extra ({missing} is missing): {REAL_EXTRA_INSTALL}",
-        field=field,
-    )
+@contextmanager
+def needs_real_extra(what: str, *, field: str | None = None) -> Iterator[None]:
+    """Turn a missing package of the `real` extra (torch, transformers, safetensors) inside
+    the block into the one-line error for `what` (e.g. "calibration runs the real backend");
+    any other missing module is a bug, not a machine's install, and propagates."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in REAL_EXTRA:
+            raise
+        raise WorkbenchError(
+            f"{what}: that needs the `real` extra ({missing} is missing): {REAL_EXTRA_INSTALL}",
+            field=field,
+        ) from None

@@ -4,7 +4,7 @@ it before it makes predictions; the real backend registers its own on import).""
 
 from __future__ import annotations
 
-from workbench.errors import missing_real_extra
+from workbench.errors import needs_real_extra
 from workbench.scenario.system import SchedulerConfig
 from workbench.scheduling.length_predictors import (
     PREDICTORS,
@@ -18,11 +18,6 @@ def load_predictor_plugin(scheduler: SchedulerConfig) -> None:
     cfg = scheduler_predictor(scheduler)
     if cfg is None or cfg.kind in PREDICTORS:
         return
-    try:
+    what = "the learned predictor runs the served model"
+    with needs_real_extra(what, field=predictor_field(scheduler)):
         import real_backend.length_predictor.predictor  # noqa: F401  (registers "learned")
-    except ImportError as exc:
-        raise missing_real_extra(
-            exc,
-            "the learned predictor runs the served model",
-            field=predictor_field(scheduler),
-        ) from None

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from workbench.errors import WorkbenchError, missing_real_extra
+from workbench.errors import WorkbenchError, needs_real_extra
 from workbench.metrics import DEFAULT_PERCENTILES, SummaryValue, summarize
 from workbench.records import RunMeta, RunRecords
 from workbench.scenario.decoders import PipeInferDecoderConfig, SpeculativeDecoderConfig
@@ -229,12 +229,8 @@ def twin_scenarios(
     """The point's real scenario and its simulated twin: the same workload, scheduler and
     KV blocks (the real backend's count when the scenario leaves it open), the twin priced
     by a calibrated cost model (named in both configurations)."""
-    try:
+    with needs_real_extra("--backend both runs the real backend", field="backend"):
         from real_backend.serve import real_kv_blocks  # the real backend is needed anyway
-    except ModuleNotFoundError as exc:
-        raise missing_real_extra(
-            exc, "--backend both runs the real backend", field="backend"
-        ) from None
     from simulator.cost_models.calibrated import calibrated_config_for
     from workbench.workload.generate import workload_for
 
@@ -290,10 +286,8 @@ def run_backend(
         from simulator.run import simulate
 
         return simulate(scenario, progress=progress, store=store)
-    try:
+    with needs_real_extra("the real backend runs PyTorch", field="backend"):
         from real_backend.serve import serve_scenario
-    except ImportError as exc:
-        raise missing_real_extra(exc, "the real backend runs PyTorch", field="backend") from None
     return serve_scenario(scenario, progress=progress)
 
 

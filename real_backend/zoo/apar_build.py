@@ -21,13 +21,11 @@ from real_backend.zoo import train as T
 from real_backend.zoo.apar_data import (
     CHILD,
     FORK,
-    DocList,
     Example,
     doc_lists,
     eval_prompts,
     examples,
-    inline_example,
-    inline_lists,
+    inline_rows,
     writes_detail_inline,
 )
 from real_backend.zoo.apar_data import digest as lists_digest
@@ -160,15 +158,6 @@ def fork_rates(
         banned = [tok.decode(root_answer(model, p, new, ids, forks=False)) for p in encoded]
         rates["banned_inline_rate"] = round(sum(map(writes_detail_inline, banned)) / n, 4)
     return rates
-
-
-def inline_rows(lists: list[DocList], encode, eos_id: int, spec: AparSpec) -> list[Example]:
-    """The inline examples: `inline_share` of the lists, drawn among those whose inline
-    example fits a training row whole (packing cuts a longer one, losing its EOS)."""
-    whole = {d: inline_example(d, encode, eos_id) for d in lists}
-    fits = [d for d, ex in whole.items() if len(ex.ids) <= spec.seq_len + 1]
-    picked = inline_lists(fits, round(spec.inline_share * len(lists)), spec.seed)
-    return [whole[d] for d in picked]
 
 
 def build_apar_into(spec: AparSpec, folder: Path, log: Any) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from real_backend.zoo.corpus import candidate_files, is_heldout
+from real_backend.zoo.specs import AparSpec
 
 FORK, CHILD = "[Fork]", "[Child]"
 MIN_ITEMS = 2
@@ -140,10 +141,14 @@ def inline_example(doc: DocList, encode, eos_id: int) -> Example:
     return Example((*prompt, *answer), tuple([False] * len(prompt) + [True] * len(answer)))
 
 
-def inline_lists(lists: list[DocList], count: int, seed: int) -> list[DocList]:
-    """`count` of `lists` (all if fewer) to write inline too, drawn by their own seeded
-    generator; the caller passes only lists whose inline example fits a row whole."""
-    return random.Random(seed).sample(lists, min(count, len(lists)))
+def inline_rows(lists: list[DocList], encode, eos_id: int, spec: AparSpec) -> list[Example]:
+    """The inline examples: `inline_share` of the lists, drawn by their own seeded generator
+    among those whose inline example fits a training row whole (packing would cut a longer
+    one, losing its EOS)."""
+    whole = {d: inline_example(d, encode, eos_id) for d in lists}
+    fits = [d for d, ex in whole.items() if len(ex.ids) <= spec.seq_len + 1]
+    count = min(round(spec.inline_share * len(lists)), len(fits))
+    return [whole[d] for d in random.Random(spec.seed).sample(fits, count)]
 
 
 def writes_detail_inline(answer: str) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 from real_backend.zoo.build import build, cache_root, default_cache_dir, is_built, read_card
 from real_backend.zoo.specs import SPECS, roles_of
-from workbench.errors import REAL_EXTRA, missing_real_extra
+from workbench.errors import needs_real_extra
 
 
 def add_zoo_parser(sub: Any) -> argparse.ArgumentParser:
@@ -39,12 +39,8 @@ def zoo_command(args: argparse.Namespace) -> int:
     cache_dir = getattr(args, "cache_dir", None)
     if args.zoo_command == "build":
         already = is_built(args.name, cache_dir) and not args.force
-        try:
+        with needs_real_extra("`zoo build` trains a model"):
             out = build(args.name, cache_dir, force=args.force, log=_stderr)
-        except ModuleNotFoundError as exc:
-            if exc.name not in REAL_EXTRA:
-                raise
-            raise missing_real_extra(exc, "`zoo build` trains a model") from None
         card = read_card(args.name, cache_dir) or {}
         verb = "reused" if already else f"built in {card.get('build_seconds', '?')} s"
         print(f"{args.name}: {verb}: {out}")
