@@ -8,7 +8,9 @@ slows them alike), each through the real engine with the same model loaded once:
 - vanilla: the same model with the fork token banned (`max_branches: 1`): what it writes
   without forking;
 - sequential: the same model decoding APAR's reassembled answer one token per step (the
-  answer fed as forced tokens: the cost of writing that text sequentially).
+  answer fed as forced tokens: the cost of writing that text sequentially);
+- with --speculative K (the zoo entry's draft, k = K): apar+spec, APAR with every branch
+  speculating, and vanilla+spec, the fork-banned model with speculative decoding.
 
 Reports per method: generation steps, wall-clock seconds, answer tokens; and the ratios
 sequential/apar and vanilla/apar. Unstructured prompts are checked for forks too.
@@ -18,7 +20,7 @@ continuous batching, the three methods taking turns at each rate (the sequential
 decoding each request's APAR answer): requests per second, p50/p99 E2E, steps.
 
     python benchmarks/apar_speed.py [--zoo apar-small] [--prompts 24] [--max-new 160]
-        [--repeat 3] [--threads 1] [--load 2 4 8]
+        [--repeat 3] [--threads 1] [--load 2 4 8] [--speculative 4]
 """
 
 from __future__ import annotations
@@ -26,20 +28,22 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from real_backend.decoders.apar import AparDecoder, fork_tokens
+from real_backend.decoders.apar import AparDecoder, ForkTokens, branch_drafter, fork_tokens
 from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest
 from real_backend.engine import RealEngine, ServeOptions
+from real_backend.kv_cache import PagedKVCache
 from real_backend.model.loading import load_checkpoint
 from real_backend.model.transformer import SeqStep, Transformer
 from real_backend.serve import eos_token_ids
 from real_backend.zoo.build import resolve_zoo_model
-from workbench.scenario.decoders import AparDecoderConfig
+from workbench.scenario.decoders import AparDecoderConfig, AparSpeculationConfig
 from workbench.scheduling.continuous import ContinuousBatching
 from workbench.workload.requests import Workload
 
@@ -66,6 +70,31 @@ class ForcedDecoder(Decoder):
         return DecodeOutcome(emitted, verified=len(batch))
 
 
+DecoderFor = Callable[[PagedKVCache], Decoder]  # a cache → the decoder serving over it
+
+
+def methods(
+    model: Transformer, tokens: ForkTokens, draft: Transformer | None, k: int
+) -> dict[str, DecoderFor]:
+    """The decoders compared (the sequential one aside), by name."""
+
+    def apar(cache: PagedKVCache, max_branches: int = 16) -> AparDecoder:
+        config = AparDecoderConfig(kind="apar", max_branches=max_branches)
+        return AparDecoder(model, cache, config, tokens)
+
+    def speculating(cache: PagedKVCache, max_branches: int = 16) -> AparDecoder:
+        assert draft is not None
+        spec = AparSpeculationConfig(num_speculative_tokens=k)
+        config = AparDecoderConfig(kind="apar", max_branches=max_branches, speculative=spec)
+        return AparDecoder(model, cache, config, tokens, branch_drafter(draft, cache, config))
+
+    out: dict[str, DecoderFor] = {"apar": apar, "vanilla": lambda c: apar(c, max_branches=1)}
+    if draft is not None:
+        out["apar+spec"] = speculating
+        out["vanilla+spec"] = lambda c: speculating(c, max_branches=1)
+    return out
+
+
 @dataclass
 class Run:
     steps: int
@@ -82,6 +111,7 @@ def serve_one(model, prompt: list[int], decoder_for, max_new: int, eos: frozense
         block_size=BLOCK,
         max_batch_size=64,
         max_batched_tokens=4096,
+        lookahead_slots=decoder.lookahead_slots,
         branching=isinstance(decoder, AparDecoder),
     )
     sampling = (
@@ -113,6 +143,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--load", type=float, nargs="*", default=[], help="request rates")
+    parser.add_argument(
+        "--speculative", type=int, default=0, help="k: also run APAR and vanilla speculating"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     folder = resolve_zoo_model(args.zoo, "target")
@@ -126,7 +159,12 @@ def main() -> None:
     apar_cfg = AparDecoderConfig(kind="apar")
     tokens = fork_tokens(folder, apar_cfg)
     skip = {tokens.fork} | set(eos)
-    results: dict[str, list[Run]] = {"apar": [], "vanilla": [], "sequential": []}
+    draft = None
+    if args.speculative:
+        draft = load_checkpoint(resolve_zoo_model(args.zoo, "draft"), torch.float32, "cpu")
+        draft.fuse()
+    compared = methods(model, tokens, draft, args.speculative)
+    results: dict[str, list[Run]] = {name: [] for name in [*compared, "sequential"]}
     unstructured_forks = []
     with torch.inference_mode():
         for row in rows:
@@ -147,22 +185,8 @@ def main() -> None:
             best: dict[str, Run] = {}
             for _ in range(args.repeat):
                 runs = {
-                    "apar": serve_one(
-                        model,
-                        prompt,
-                        lambda c: AparDecoder(model, c, apar_cfg, tokens),
-                        args.max_new,
-                        eos,
-                    ),
-                    "vanilla": serve_one(
-                        model,
-                        prompt,
-                        lambda c: AparDecoder(
-                            model, c, AparDecoderConfig(kind="apar", max_branches=1), tokens
-                        ),
-                        args.max_new,
-                        eos,
-                    ),
+                    name: serve_one(model, prompt, decoder_for, args.max_new, eos)
+                    for name, decoder_for in compared.items()
                 }
                 answer = [t for t in runs["apar"].answer if t not in skip]
 
@@ -179,10 +203,17 @@ def main() -> None:
         report(results, unstructured_forks, args)
     if args.load:
         structured = [tok.encode(r["turns"][0]).ids for r in rows if r["category"] == "structured"]
-        under_load(model, structured, tokens, eos, args)
+        under_load(model, structured, tokens, eos, args, compared)
 
 
-def under_load(model, prompts: list[list[int]], tokens, eos: frozenset[int], args) -> None:
+def under_load(
+    model: Transformer,
+    prompts: list[list[int]],
+    tokens: ForkTokens,
+    eos: frozenset[int],
+    args: argparse.Namespace,
+    compared: dict[str, DecoderFor],
+) -> None:
     """The methods in turn at each rate, the same Poisson arrivals for all three."""
     from workbench.metrics import summarize
 
@@ -196,39 +227,23 @@ def under_load(model, prompts: list[list[int]], tokens, eos: frozenset[int], arg
         arrivals -= arrivals[0]
         best: dict[str, tuple[dict, int, int]] = {}
         for _ in range(args.repeat):
-            apar = serve_many(
+            runs = {
+                name: serve_many(model, prompts, arrivals, args.max_new, eos, decoder_for)
+                for name, decoder_for in compared.items()
+            }
+            apar = runs["apar"][1]
+            answers = {i: [t for t in a if t not in skip] + [min(eos)] for i, a in apar.items()}
+            runs["sequential"] = serve_many(
                 model,
                 prompts,
                 arrivals,
                 args.max_new,
                 eos,
-                lambda c: AparDecoder(model, c, AparDecoderConfig(kind="apar"), tokens),
+                lambda c, answers=answers: ForcedDecoder(
+                    model, c, answers, {i: len(p) for i, p in enumerate(prompts)}
+                ),
+                answers,
             )
-            answers = {i: [t for t in a if t not in skip] + [min(eos)] for i, a in apar[1].items()}
-            runs = {
-                "apar": apar,
-                "vanilla": serve_many(
-                    model,
-                    prompts,
-                    arrivals,
-                    args.max_new,
-                    eos,
-                    lambda c: AparDecoder(
-                        model, c, AparDecoderConfig(kind="apar", max_branches=1), tokens
-                    ),
-                ),
-                "sequential": serve_many(
-                    model,
-                    prompts,
-                    arrivals,
-                    args.max_new,
-                    eos,
-                    lambda c, answers=answers: ForcedDecoder(
-                        model, c, answers, {i: len(p) for i, p in enumerate(prompts)}
-                    ),
-                    answers,
-                ),
-            }
             for name, (records, out) in runs.items():
                 s = summarize(records)
                 answer = sum(len([t for t in a if t not in skip]) for a in out.values())
@@ -255,6 +270,7 @@ def serve_many(model, prompts, arrivals, max_new, eos, decoder_for, forced=None)
         block_size=BLOCK,
         max_batch_size=256,
         max_batched_tokens=4096,
+        lookahead_slots=decoder.lookahead_slots,
         branching=isinstance(decoder, AparDecoder),
     )
     outputs = np.array([len(forced[i]) if forced else max_new for i in range(len(prompts))])

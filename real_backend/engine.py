@@ -184,7 +184,7 @@ class RealEngine:
         for seq in plan.preempted:
             self._evict(seq, plan.step)
         for branch in plan.released:  # ended branches of a preempted request
-            self._free(branch)
+            self._drop(branch)
         started_s = self._now()
         # Prompt tokens really computed (a static plan counts padding; the engine runs real ones).
         prefill_tokens = sum(len(self._chunk_ids(c)) for c in plan.prefills)
@@ -264,7 +264,7 @@ class RealEngine:
     def _bursts(self, step: int, emitted: dict[int, list[int]]) -> dict[int, int]:
         """Record multi-token emissions; return the extra tokens per request for the policy."""
         extra = {rid: len(tokens) - 1 for rid, tokens in emitted.items() if len(tokens) > 1}
-        if extra:
+        if extra and self.apar is None:  # APAR's book records its branches' emissions
             members = {s.request_id: s for s in self.policy.decode_sequences()}
             for rid, more in extra.items():
                 self.recorder.burst(members[rid], 0, step, 1 + more)
@@ -332,8 +332,18 @@ class RealEngine:
                 self._fork(decoding[sid])
         for seq in result.branches_ended:
             self.apar.rules.ended(seq.request_id)
+            self._end_branch(seq.request_id)
         for branch in result.released:
-            self._free(branch)
+            self._drop(branch)
+
+    def _end_branch(self, branch_id: int) -> None:
+        """A branch ended: its cache keeps its own tokens but the newest (a speculating
+        branch may have cached accepted tokens past its EOS), for the forks that read it
+        until the policy releases it; its draft state goes now."""
+        if branch_id in self.cache.tables:
+            keep = min(self.cache.length(branch_id), len(self.tokens[branch_id]) - 1)
+            self.cache.truncate(branch_id, keep)
+        self.decoder.release(branch_id)
 
     def _fork(self, parent: Sequence) -> None:
         assert self.apar is not None and self.book is not None
@@ -370,6 +380,7 @@ class RealEngine:
             if seq.request_id not in self.cache.tables:  # its first chunk: share the prefix
                 self.cache.fork(seq.parent_id, seq.request_id)
                 self.cache.truncate(seq.request_id, chunk.context_tokens)
+                self.apar.share_draft_prefix(seq.parent_id, seq.request_id, chunk.context_tokens)
             emits = chunk.context_tokens + chunk.tokens >= seq.prefill_target
             chunks.append(
                 ForkChunk(
@@ -396,7 +407,7 @@ class RealEngine:
         self._answers[request_id] = reassemble(tree, own, skip)
         self.branch_outputs[request_id] = own
         for sid in sids:
-            self._free(sid)
+            self._drop(sid)
             if sid != request_id:
                 del self.tokens[sid], self.generators[sid]
         self.apar.rules.forget(request_id)
@@ -405,6 +416,11 @@ class RealEngine:
     def _free(self, sequence_id: int) -> None:
         if sequence_id in self.cache.tables:
             self.cache.free(sequence_id)
+
+    def _drop(self, branch_id: int) -> None:
+        """An APAR branch is gone: its KV and the decoder's state of it (a draft cache)."""
+        self._free(branch_id)
+        self.decoder.release(branch_id)
 
     # ------------------------------------------------------------------ records
 

@@ -24,8 +24,8 @@ from workbench.scenario.decoders import (
     AparDecoderConfig,
     DecoderConfig,
     SamplingConfig,
-    SpeculativeDecoderConfig,
     VanillaDecoderConfig,
+    draft_of,
     lookahead_slots,
 )
 from workbench.scenario.scenario import Scenario
@@ -154,11 +154,13 @@ def sampling_of(decoder: DecoderConfig) -> SamplingConfig:
 
 
 def draft_folder(scenario: Scenario) -> Path | None:
-    """The speculative decoder's draft checkpoint folder (the runner resolves zoo names)."""
-    decoder = scenario.decoder
-    if not isinstance(decoder, SpeculativeDecoderConfig) or decoder.draft.config_path is None:
+    """The draft checkpoint folder of a speculative (or speculating APAR) decoder; the runner
+    resolves zoo names. Pipeline decoders load theirs on the head stage."""
+    draft = draft_of(scenario.decoder)
+    pipeline = scenario.decoder.kind in PIPELINE_DECODER_KINDS
+    if draft is None or draft.config_path is None or pipeline:
         return None
-    path = decoder.draft.config_path
+    path = draft.config_path
     return path if path.is_dir() else path.parent
 
 

@@ -17,8 +17,11 @@ from workbench.metrics.decoder import MAX_POSITIONS
 
 
 def decoder_tables(runs: list[RunData]) -> list[Table]:
-    """The decoder tables that apply to `runs` (none without a run that drafted tokens)."""
-    drafting = [run for run in runs if "acceptance_rate" in run.summary]
+    """The decoder tables that apply to `runs` (none without a run that drafted tokens;
+    APAR runs that speculate have the APAR section, their answers being APAR's own)."""
+    drafting = [
+        run for run in runs if "acceptance_rate" in run.summary and run.run["decoder"] != "apar"
+    ]
     tables = [speedup_table(drafting, runs)] if drafting else []
     categorised = [run for run in drafting if run.by_category]
     if categorised:

@@ -31,10 +31,14 @@ def config_key(config: dict[str, Any], ignored: tuple[str, ...]) -> str:
     kept = {k: v for k, v in config.items() if k not in ignored}
     decoder = kept.get("decoder")
     if isinstance(decoder, dict):
-        kept["decoder"] = {
-            k: v for k, v in decoder.items() if k not in SIMULATOR_ONLY_DECODER_FIELDS
-        }
+        kept["decoder"] = _without_simulator_fields(decoder)
+        if isinstance(decoder.get("speculative"), dict):  # APAR's speculation
+            kept["decoder"]["speculative"] = _without_simulator_fields(decoder["speculative"])
     return json.dumps(kept, sort_keys=True, default=str)
+
+
+def _without_simulator_fields(section: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in section.items() if k not in SIMULATOR_ONLY_DECODER_FIELDS}
 
 
 def vanilla_baseline(run: RunData, runs: list[RunData]) -> RunData | None:

@@ -27,7 +27,7 @@ from simulator.decoders.apar import AparBranches
 from simulator.decoders.stepper import MultiTokenStepper, StepDraw
 from simulator.pipeline import StagePipeline
 from workbench.recorder import Recorder
-from workbench.scheduling.plan import StepPlan
+from workbench.scheduling.plan import StepPlan, StepResult
 from workbench.scheduling.policy import BatchPolicy
 from workbench.scheduling.sequence import Sequence
 
@@ -183,7 +183,7 @@ class SimReplica:
         result = self.policy.complete(plan, steps, extra=extra)
         if self.apar is not None:
             assert emitting is not None
-            self.apar.after_step(self.index, plan.step, emitting, self.policy, result)  # type: ignore[arg-type]
+            self._after_branch_step(self.apar, plan.step, emitting, result, extra)
         for seq in result.started:
             if np.isnan(self.recorder.first_token_s[seq.owner]):
                 self.recorder.first_token_s[seq.owner] = self.clock_s
@@ -243,9 +243,26 @@ class SimReplica:
         extra: dict[int, int] = {}
         for seq, more in zip(draw.sequences, draw.accepted.tolist(), strict=True):
             if more:
-                self.recorder.burst(seq, self.index, step, 1 + more)
+                if self.apar is None:  # APAR's book records its branches' emissions
+                    self.recorder.burst(seq, self.index, step, 1 + more)
                 extra[seq.request_id] = more
         return extra
+
+    def _after_branch_step(
+        self,
+        apar: AparBranches,
+        step: int,
+        emitting: list[int],
+        result: StepResult,
+        extra: dict[int, int] | None,
+    ) -> None:
+        """APAR: record the branches' emissions and fork; a child's draft state starts from
+        its parent's, an ended branch's goes."""
+        forks = apar.after_step(self.index, step, emitting, self.policy, result, extra)  # type: ignore[arg-type]
+        if self.decoder is not None:
+            for parent_id, child_id, shared_tokens in forks:
+                self.decoder.fork(parent_id, child_id, shared_tokens)
+        self._release_drafts(result.branches_ended)
 
     def _release_drafts(self, seqs: list[Sequence]) -> None:
         if self.decoder is not None:

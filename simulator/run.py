@@ -97,7 +97,9 @@ def prepare(
         lookahead_slots=slots,
     )
     cost_model = build_cost_model(scenario, store)  # stateless: shared by the replicas
-    steppers, decoder_info = build_steppers(scenario, scenario.hardware.replicas * engines, store)
+    steppers, decoder_info = build_steppers(
+        scenario, scenario.hardware.replicas * engines, store, apar
+    )
     decoder_info.update(apar_info)
     return Prepared(workload, num_blocks, engines, slots, cost_model, steppers, decoder_info, apar)
 

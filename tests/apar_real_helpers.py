@@ -9,13 +9,29 @@ from collections import Counter
 import numpy as np
 import torch
 
-from real_backend.decoders.apar import MIN_ROOM_TO_FORK, AparDecoder, ForkTokens
+from real_backend.decoders.apar import MIN_ROOM_TO_FORK, AparDecoder, ForkTokens, branch_drafter
 from real_backend.engine import RealEngine, ServeOptions
 from real_backend.model.transformer import SeqStep, Transformer
 from workbench.apar_trees import BranchTree
 from workbench.scenario.decoders import AparDecoderConfig
 from workbench.scheduling.continuous import ContinuousBatching
 from workbench.workload.requests import Workload
+
+
+def random_apar_setup(
+    vocab: int = 48,
+) -> tuple[Transformer, tuple[Workload, list[list[int]]], ForkTokens, frozenset[int]]:
+    """(model, 24 prompts, fork and child tokens it emits often, an EOS it emits): a random
+    model that forks on most requests."""
+    from decoder_models import random_model, serve
+
+    model = random_model(vocab, seed=5)
+    workload = many_prompts(24, vocab, seed=9)
+    _engine, _records, outputs = serve(model, workload)
+    tokens = frequent_tokens(outputs, vocab)
+    counts = sorted({t for o in outputs.values() for t in o})
+    eos = frozenset({counts[len(counts) // 2]})  # some token the model does emit
+    return model, workload, tokens, eos
 
 
 def frequent_tokens(outputs: dict[int, list[int]], vocab: int) -> ForkTokens:
@@ -36,16 +52,19 @@ def serve_apar(
     block_size: int = 4,
     eos: frozenset[int] = frozenset(),
     config: AparDecoderConfig | None = None,
+    draft: Transformer | None = None,  # with config.speculative
 ):
     """Serve under continuous batching with branches; returns (engine, records, answers)."""
     cache = model.new_cache(num_blocks, block_size)
     config = config or AparDecoderConfig(kind="apar", max_branches=64)
-    decoder = AparDecoder(model, cache, config, tokens)
+    drafter = None if draft is None else branch_drafter(draft, cache, config)
+    decoder = AparDecoder(model, cache, config, tokens, drafter)
     policy = ContinuousBatching(
         num_blocks=num_blocks,
         block_size=block_size,
         max_batch_size=max_batch_size,
         max_batched_tokens=4096,
+        lookahead_slots=decoder.lookahead_slots,
         branching=True,
     )
     options = ServeOptions(sampling=config, seed=0, eos_token_ids=eos, ignore_eos=not eos)

@@ -14,11 +14,10 @@ torch = pytest.importorskip("torch")
 
 from apar_real_helpers import (  # noqa: E402
     check_branches_equal_alone,
-    frequent_tokens,
-    many_prompts,
+    random_apar_setup,
     serve_apar,
 )
-from decoder_models import one_thread, random_model, serve  # noqa: E402
+from decoder_models import one_thread  # noqa: E402
 
 from real_backend.decoders.apar import ForkRules, ForkTokens  # noqa: E402
 from workbench.apar_records import reassemble  # noqa: E402
@@ -33,13 +32,7 @@ one_thread = pytest.fixture(scope="module", autouse=True)(one_thread)
 
 @pytest.fixture(scope="module")
 def setup():
-    model = random_model(VOCAB, seed=5)
-    workload = many_prompts(24, VOCAB, seed=9)
-    _engine, _records, outputs = serve(model, workload)
-    tokens = frequent_tokens(outputs, VOCAB)
-    counts = sorted({t for o in outputs.values() for t in o})
-    eos = frozenset({counts[len(counts) // 2]})  # some token the model does emit
-    return model, workload, tokens, eos
+    return random_apar_setup(VOCAB)
 
 
 @pytest.mark.parametrize(
@@ -55,6 +48,24 @@ def test_each_branch_equals_greedy_decoding_of_its_visible_context(setup, batch,
     assert violations(records, kv_blocks=blocks) == []
     if blocks == 40:
         assert records.requests.preemptions.sum() > 0
+    assert sum(engine.cache.allocator.refcount) == 0 and not engine.cache.tables
+
+
+@pytest.mark.parametrize("blocks", [23, 47])
+def test_grandchildren_survive_preemption(setup, blocks) -> None:
+    """max_depth 3: a preempted request's held ancestors above a released branch are
+    released with its last branch (nothing stays held)."""
+    model, workload, tokens, eos = setup
+    config = AparDecoderConfig(kind="apar", max_branches=64, max_depth=3)
+    engine, records, _ = serve_apar(
+        model, workload, tokens, num_blocks=blocks, eos=eos, config=config
+    )
+    check_branches_equal_alone(engine, records, model, workload, tokens, eos, config)
+    assert (
+        max(t.depth(b) for t in records.branches.trees().values() for b in range(t.branches)) == 3
+    )
+    assert records.requests.preemptions.sum() > 0
+    assert violations(records, kv_blocks=blocks) == []
     assert sum(engine.cache.allocator.refcount) == 0 and not engine.cache.tables
 
 

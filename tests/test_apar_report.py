@@ -55,3 +55,17 @@ def test_apar_runs_get_their_tables(tmp_path: Path) -> None:
     compression = next(r for r in sim_real if r[1] == "answer tokens / step")
     assert compression[2] == compression[3]  # the stand-in real run is the same simulation
     assert re.search(apar_run.run_id, markdown)
+
+
+def test_a_speculating_apar_twin_matches_whatever_its_simulated_acceptance() -> None:
+    from reports.matching import TWIN_IGNORED, config_key
+
+    def config(acceptance: dict) -> dict:
+        speculative = {"num_speculative_tokens": 4, "acceptance": acceptance}
+        return {"model": {"name": "m"}, "decoder": {"kind": "apar", "speculative": speculative}}
+
+    real, sim = config({"kind": "iid", "rate": 0.7}), config({"kind": "iid", "rate": 0.4})
+    assert config_key(real, TWIN_IGNORED) == config_key(sim, TWIN_IGNORED)
+    other = config({"kind": "iid", "rate": 0.7})
+    other["decoder"]["speculative"]["num_speculative_tokens"] = 2
+    assert config_key(real, TWIN_IGNORED) != config_key(other, TWIN_IGNORED)

@@ -160,3 +160,34 @@ def test_without_forks_the_records_are_vanilla_decodings(tmp_path) -> None:
     vanilla = simulate(scenario(tmp_path, *poisson, "decoder={kind: vanilla}"))
     assert vanilla.requests.preemptions.sum() > 0
     assert_records_identical(sequential, vanilla)
+
+
+SPECULATING = (
+    "decoder.speculative={num_speculative_tokens: 4, draft: {name: llama-3-8b}}",
+    "decoder.trees.structured_share=1",
+)
+
+
+def test_speculating_branches_keep_their_trees_in_fewer_steps(tmp_path) -> None:
+    pressure = ("scheduler.kv_cache.num_blocks=60", "scheduler.max_batch_size=16")
+    apar = simulate(scenario(tmp_path, *pressure, SPECULATING[1]))
+    fast = simulate(scenario(tmp_path, *pressure, *SPECULATING))
+    assert fast.branches.trees() == apar.branches.trees()  # forks at the same own tokens
+    assert (fast.branches.steps <= fast.branches.tokens).all()
+    assert (fast.branches.steps < fast.branches.tokens).any()
+    assert (apar.branches.steps == apar.branches.tokens).all()
+    assert len(fast.steps.step) < 0.7 * len(apar.steps.step)
+    assert violations(fast, kv_blocks=60) == []
+    assert fast.requests.preemptions.sum() > 0
+    s = summarize(fast)
+    assert s["apar_step_compression"] > 1.5 * summarize(apar)["apar_step_compression"]
+    assert 0 < s["acceptance_rate"] < 1 and "acceptance_at_position_1" not in s
+
+
+def test_a_draft_never_accepted_takes_the_steps_of_apar_alone(tmp_path) -> None:
+    never = "decoder.speculative.acceptance={kind: iid, rate: 0}"
+    apar = simulate(scenario(tmp_path, SPECULATING[1]))
+    rejected = simulate(scenario(tmp_path, *SPECULATING, never))
+    for name in ("request_id", "first_step", "last_step", "tokens_per_step"):
+        assert np.array_equal(getattr(apar.emissions, name), getattr(rejected.emissions, name))
+    assert rejected.steps.drafted_tokens.sum() > 0 and rejected.steps.accepted_tokens.sum() == 0

@@ -32,6 +32,36 @@ def test_the_model_card_records_the_fork_rates(apar_tiny_zoo: Path) -> None:
     assert {"[Fork]", "[Child]"} <= {t["content"] for t in tokenizer["added_tokens"]}
 
 
+def test_the_draft_shares_the_targets_tokenizer_and_agrees_with_it(apar_tiny_zoo: Path) -> None:
+    """APAR with speculative decoding needs a draft of the APAR model: `<entry>/draft`, a
+    checkpoint with the target's vocabulary, fork and child tokens included."""
+    from real_backend.model.loading import load_checkpoint
+    from real_backend.zoo import resolve_zoo_model
+
+    entry = apar_tiny_zoo / "apar-tiny"
+    assert resolve_zoo_model("apar-tiny", "draft", apar_tiny_zoo) == entry / "draft"
+    target, draft = load_checkpoint(entry / "target"), load_checkpoint(entry / "draft")
+    assert draft.args.vocab_size == target.args.vocab_size
+    assert draft.args.n_layers < target.args.n_layers
+    added = {
+        role: {t["content"]: t["id"] for t in _tokenizer(entry / role)["added_tokens"]}
+        for role in ("target", "draft")
+    }
+    assert {"[Fork]", "[Child]"} <= set(added["draft"])
+    assert added["draft"] == added["target"]
+    assert _tokenizer(entry / "draft") == _tokenizer(entry / "target")
+    card = json.loads((entry / "card.json").read_text())
+    assert card["draft"]["parameters"] < card["target"]["parameters"]
+    assert card["draft"]["distill"] > 0
+    for agreement in (card["greedy_agreement"], *card["greedy_agreement_by_kind"].values()):
+        assert 0.0 < agreement <= 1.0
+    assert set(card["greedy_agreement_by_kind"]) == {"structured", "code"}
+
+
+def _tokenizer(folder: Path) -> dict:
+    return json.loads((folder / "tokenizer.json").read_text())
+
+
 def test_the_real_scenario_forks_on_lists_and_the_simulator_replays_it(
     apar_tiny_zoo: Path, tmp_path: Path
 ) -> None:

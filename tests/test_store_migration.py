@@ -103,3 +103,36 @@ def test_verified_tokens_of_old_runs_are_one_plus_drafted(tmp_path: Path) -> Non
         old, new = store.load_records("old"), store.load_records("new")
     assert np.array_equal(old.steps.verified_tokens, expected)
     assert np.array_equal(new.steps.verified_tokens, 7 * records.steps.decode_tokens)
+
+
+def test_apar_branches_before_schema_10_emitted_one_token_per_step(tmp_path: Path) -> None:
+    """Before schema 10 a branch emitted one token per step (no speculation): read-only
+    opens derive its steps from its tokens, a migration writes them."""
+    from workbench.apar_records import BranchRecords
+
+    records = synthetic_records(20, 100, 40, seed=5)
+    n = len(records.requests.request_id)
+    tokens = np.arange(3, 3 + n, dtype=np.int64)
+    zeros = np.zeros(n, dtype=np.int64)
+    records.branches = BranchRecords(
+        request_id=np.arange(n, dtype=np.int64), branch=zeros.astype(np.int32),
+        parent=np.full(n, -1, dtype=np.int32), fork_at=zeros, tokens=tokens,
+        answer_tokens=tokens - 1, first_step=zeros, last_step=tokens - 1,
+        replica=zeros.astype(np.int32), steps=tokens // 2,
+    )  # fmt: skip
+    path = tmp_path / "v9.duckdb"
+    with ResultsStore.open(path) as store:
+        store.write_run(make_meta("old"), records)
+    con = duckdb.connect(str(path))
+    con.execute("ALTER TABLE branches DROP COLUMN steps")
+    con.execute("DELETE FROM schema_version")
+    con.execute("INSERT INTO schema_version VALUES (9, now()::TIMESTAMP)")
+    con.close()
+    with ResultsStore.open(path, read_only=True) as store:
+        assert np.array_equal(store.load_records("old").branches.steps, tokens)
+    with ResultsStore.open(path) as store:
+        store.write_run(make_meta("new"), records)
+        old, new = store.load_records("old"), store.load_records("new")
+    assert _version(path) == SCHEMA_VERSION
+    assert np.array_equal(old.branches.steps, tokens)
+    assert np.array_equal(new.branches.steps, tokens // 2)

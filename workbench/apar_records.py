@@ -6,7 +6,8 @@ requests: a step's tokens from all of a request's branches make one emission of 
 TPOT and ITL keep DESIGN §6's meaning. Consecutive steps with the same k share one
 emission row (a span). The tree of each request (`workbench.apar_trees.BranchTree`: fork
 positions, tokens per branch) is kept in `BranchRecords`, with each branch's first and last
-emitting step, so metrics and the simulator can replay it.
+emitting step and how many steps it emitted in (fewer than its tokens when it speculated),
+so metrics and the simulator can replay it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class BranchRecords:
     first_step: np.ndarray  # (b,) int64: step of its first own emission
     last_step: np.ndarray  # (b,) int64: step of its last
     replica: np.ndarray  # (b,) int32
+    steps: np.ndarray  # (b,) int64: steps it emitted in (its tokens, unless it speculated)
 
     def __len__(self) -> int:
         return len(self.request_id)
@@ -63,6 +65,7 @@ class _Branch:
     first_step: int = -1
     last_step: int = -1
     replica: int = 0
+    steps: int = 0
 
 
 @dataclass
@@ -108,6 +111,7 @@ class BranchBook:
         if branch.first_step < 0:
             branch.first_step = step
         branch.tokens += tokens
+        branch.steps += 1
         branch.last_step = step
         branch.replica = replica
         self._step[branch.owner] = self._step.get(branch.owner, 0) + tokens
@@ -149,6 +153,7 @@ class BranchBook:
                     b.first_step,
                     b.last_step,
                     b.replica,
+                    b.steps,
                 )
             )
         return total
@@ -162,7 +167,7 @@ class BranchBook:
         self.recorder.span(request_id, span.replica, span.first_step, span.last_step, span.tokens)
 
     def records(self) -> BranchRecords:
-        rows = np.array(self._rows, dtype=np.int64).reshape(-1, 9)  # (b, 9)
+        rows = np.array(self._rows, dtype=np.int64).reshape(-1, 10)  # (b, 10)
         rows = rows[np.lexsort((rows[:, 1], rows[:, 0]))]
         return BranchRecords(
             request_id=rows[:, 0],
@@ -174,6 +179,7 @@ class BranchBook:
             first_step=rows[:, 6],
             last_step=rows[:, 7],
             replica=rows[:, 8].astype(np.int32),
+            steps=rows[:, 9],
         )
 
 

@@ -14,7 +14,7 @@ from typing import Protocol
 from workbench.errors import WorkbenchError, needs_real_extra
 from workbench.metrics import DEFAULT_PERCENTILES, SummaryValue, summarize
 from workbench.records import RunMeta, RunRecords
-from workbench.scenario.decoders import PipeInferDecoderConfig, SpeculativeDecoderConfig
+from workbench.scenario.decoders import draft_field, draft_of, with_draft
 from workbench.scenario.scenario import Scenario
 from workbench.store.db import ResultsStore
 from workbench.sweep import SweepPoint, expand, point_source
@@ -298,13 +298,12 @@ def with_model_source(scenario: Scenario) -> Scenario:
         folder = _zoo_folder(model.zoo, "target", model.zoo_dir, "model.zoo")
         model = model.model_copy(update={"config_path": folder})
     decoder = scenario.decoder
-    drafting = isinstance(decoder, SpeculativeDecoderConfig | PipeInferDecoderConfig)
-    if drafting and decoder.draft.config_path is None:
-        pair = decoder.draft.zoo or (scenario.model.zoo if decoder.draft.name is None else None)
+    draft = draft_of(decoder)
+    if draft is not None and draft.config_path is None:
+        pair = draft.zoo or (scenario.model.zoo if draft.name is None else None)
         if pair is not None:
-            folder = _zoo_folder(pair, "draft", model.zoo_dir, "decoder.draft.zoo")
-            draft = decoder.draft.model_copy(update={"config_path": folder})
-            decoder = decoder.model_copy(update={"draft": draft})
+            folder = _zoo_folder(pair, "draft", model.zoo_dir, f"{draft_field(decoder)}.zoo")
+            decoder = with_draft(decoder, draft.model_copy(update={"config_path": folder}))
     return scenario.model_copy(update={"model": model, "decoder": decoder})
 
 

@@ -86,16 +86,32 @@ def format_summary(
             f"decode iterations {s['decode_iterations']}"
         )
     if "acceptance_rate" in s:  # the run drafted tokens: speculative / lookahead metrics
+        lines.append(_drafting_line(s))
+    if "apar_step_compression" in s:  # APAR's branches
         lines.append(
-            f"  tokens/decode step {_fmt(s['mean_tokens_per_decode_step'], 2)}   acceptance "
-            f"{_fmt(s['acceptance_rate'], 3)}   accepted/step {_fmt(s['mean_accepted_tokens'], 2)}"
-            f"   step compression {_fmt(s['step_compression_ratio'], 2)}   extra FLOPs "
-            f"{_fmt(_percent(s['extra_flops_share']), 0)}%"
+            f"  forks {_fmt(_percent(s['apar_fork_rate']), 0)}% of requests   branches/request "
+            f"{_fmt(s['apar_branches_per_request'], 2)}   live branches/step "
+            f"{_fmt(s['apar_mean_live_branches'], 2)}   step compression "
+            f"{_fmt(s['apar_step_compression'], 2)}"
         )
     lines.append("  " + clock_line(h, wall_s))
     if s.get("saturated"):
         lines.append(f"  ⚠ saturated: {s['saturation']}: {SATURATION_ADVICE}")
     return "\n".join(lines)
+
+
+def _drafting_line(s: dict[str, SummaryValue]) -> str:
+    """Speculative / lookahead metrics (APAR runs that speculate have no per-emission ones)."""
+    per_emission = "mean_tokens_per_decode_step" in s
+    parts = [
+        f"acceptance {_fmt(s['acceptance_rate'], 3)}",
+        f"accepted/step {_fmt(s['mean_accepted_tokens'], 2)}",
+    ]
+    if per_emission:
+        parts.insert(0, f"tokens/decode step {_fmt(s['mean_tokens_per_decode_step'], 2)}")
+        parts.append(f"step compression {_fmt(s['step_compression_ratio'], 2)}")
+    parts.append(f"extra FLOPs {_fmt(_percent(s['extra_flops_share']), 0)}%")
+    return "  " + "   ".join(parts)
 
 
 SATURATION_ADVICE = (

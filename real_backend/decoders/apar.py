@@ -19,6 +19,11 @@ The logit rules, every step and for every branch (as THUDM/APAR's runtime):
 Branches are sequences of the shared policy (`ContinuousBatching.fork`); this decoder runs
 one step for every decoding branch of every request in one forward, like vanilla decoding,
 with the rules applied per row. The engine (`real_backend/engine.py`) forks and records.
+
+With a draft model (`speculative`), every branch speculates like any sequence: the draft
+proposes a chain under the same rules, the target verifies it with the rules applied per
+position, and a fork token ends the chain and the branch's emission, so the child starts
+from exactly the parent's tokens up to its fork. A child's draft cache forks its parent's.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from pathlib import Path
 import torch
 
 from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest
+from real_backend.decoders.drafter import Drafter
+from real_backend.decoders.speculative import SpeculativeDecoder
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.transformer import SeqStep, Transformer
 from real_backend.sampling import next_token, request_generator
@@ -37,6 +44,12 @@ from workbench.errors import WorkbenchError
 from workbench.scenario.decoders import AparDecoderConfig
 
 MIN_ROOM_TO_FORK = 3  # the fork token itself, the parent's next token, the child's first
+# Speculating branches' draft cache can need more blocks than their target cache: a child
+# whose parent has no draft cache yet (the fork came from a prefill's token) copies the whole
+# shared prefix into its own draft cache, a prefix its parent's target cache holds privately;
+# so the draft blocks stay within the target's blocks held privately, twice the target's at
+# most (peak measured: 1.57x, over 405 tight configurations).
+DRAFT_BLOCKS_PER_TARGET_BLOCK = 2
 
 
 @dataclass(frozen=True)
@@ -131,6 +144,30 @@ class ForkRules:
             del self.branches[sid]
 
 
+@dataclass(frozen=True)
+class BranchRules:
+    """The fork rules as emission rules for speculative decoding: positions within a step
+    count against the branch's room; a fork ends the branch's emission."""
+
+    rules: ForkRules
+
+    def banned(self, request: DecodeRequest, previous: int, position: int) -> list[int]:
+        return self.rules.banned(request.request_id, previous, request.max_new - position)
+
+    def ends_emission(self, token: int) -> bool:
+        return token == self.rules.tokens.fork
+
+
+def branch_drafter(
+    draft: Transformer, target_cache: PagedKVCache, config: AparDecoderConfig
+) -> Drafter:
+    """The draft's side for speculating branches, its cache sized for them."""
+    speculative = config.speculative_config()
+    assert speculative is not None, "a drafter goes with decoder.speculative"
+    blocks = DRAFT_BLOCKS_PER_TARGET_BLOCK * target_cache.allocator.num_blocks
+    return Drafter(draft, draft.new_cache(blocks, target_cache.block_size), speculative)
+
+
 def masked(logits: torch.Tensor, banned: list[int]) -> torch.Tensor:
     """`logits` (V,) with the banned tokens impossible."""
     out = logits.clone()
@@ -145,11 +182,29 @@ class AparDecoder(Decoder):
         cache: PagedKVCache,
         config: AparDecoderConfig,
         tokens: ForkTokens,
+        drafter: Drafter | None = None,  # with `config.speculative`: the draft's side
     ) -> None:
         self.model = model
         self.cache = cache
         self.config = config
         self.rules = ForkRules(tokens, config.max_depth, config.max_branches)
+        self.speculation: SpeculativeDecoder | None = None
+        speculative = config.speculative_config()
+        if (speculative is None) != (drafter is None):
+            raise ValueError("a drafter goes with decoder.speculative, and only with it")
+        if speculative is not None and drafter is not None:
+            rules = BranchRules(self.rules)
+            self.speculation = SpeculativeDecoder(model, cache, drafter, speculative, rules)
+            self.lookahead_slots = self.speculation.lookahead_slots
+
+    def release(self, request_id: int) -> None:
+        if self.speculation is not None:
+            self.speculation.release(request_id)
+
+    def share_draft_prefix(self, parent_id: int, child_id: int, shared_tokens: int) -> None:
+        """A new branch's draft cache starts from its parent's (speculation only)."""
+        if self.speculation is not None:
+            self.speculation.drafter.fork(parent_id, child_id, shared_tokens)
 
     @property
     def fork_token(self) -> int:
@@ -168,20 +223,30 @@ class AparDecoder(Decoder):
         """One forward for the decoding branches and for new forks' chunks (their fork and
         child tokens over the shared prefix); returns the decodes' outcome and each fork's
         first token (when its chunk completes it)."""
-        steps = [SeqStep(r.request_id, [r.tokens[-1]]) for r in batch]
-        steps += [SeqStep(f.sequence_id, f.chunk) for f in forks]
+        chunks = [SeqStep(f.sequence_id, f.chunk) for f in forks]
+        if self.speculation is not None:
+            outcome, fork_logits = self.speculation.decode_with(batch, chunks)
+        else:
+            outcome, fork_logits = self._decode_one_each(batch, chunks)
+        firsts = {
+            f.sequence_id: self.choose(f.sequence_id, f.context, row[-1], f.room, f.generator)
+            for f, row in zip(forks, fork_logits, strict=True)
+            if f.emits
+        }
+        return outcome, firsts
+
+    def _decode_one_each(
+        self, batch: list[DecodeRequest], chunks: list[SeqStep]
+    ) -> tuple[DecodeOutcome, list[torch.Tensor]]:
+        """One token per branch; returns the outcome and the chunks' last logits."""
+        steps = [SeqStep(r.request_id, [r.tokens[-1]]) for r in batch] + chunks
         logits = self.model.step(self.cache, steps, last_only=True) if steps else []  # (1, V) each
         emitted = [
             [self.choose(r.request_id, r.tokens, row[-1], r.max_new, r.generator)]
             for r, row in zip(batch, logits[: len(batch)], strict=True)
         ]
-        firsts = {
-            f.sequence_id: self.choose(f.sequence_id, f.context, row[-1], f.room, f.generator)
-            for f, row in zip(forks, logits[len(batch) :], strict=True)
-            if f.emits
-        }
         outcome = DecodeOutcome(emitted, verified=len(batch), accepted_per_request=[0] * len(batch))
-        return outcome, firsts
+        return outcome, logits[len(batch) :]
 
     def choose(
         self,

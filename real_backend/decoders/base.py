@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -27,6 +28,18 @@ class DecodeOutcome:
     accepted: int = 0  # of which accepted (the engine records those emitted, after stops)
     verified: int = 0  # tokens the target computed, summed over the batch
     accepted_per_request: list[int] = field(default_factory=list)
+
+
+class EmissionRules(Protocol):
+    """Constraints a decoder applies to every emitted (and drafted) token of a sequence."""
+
+    def banned(self, request: DecodeRequest, previous: int, position: int) -> list[int]:
+        """Tokens `request` may not emit after `previous`, its `position`-th token this step."""
+        ...
+
+    def ends_emission(self, token: int) -> bool:
+        """Whether `token` must be the last a sequence emits in a step."""
+        ...
 
 
 class Decoder(ABC):

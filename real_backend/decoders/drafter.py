@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from real_backend.decoders.base import DecodeRequest
+from real_backend.decoders.base import DecodeRequest, EmissionRules
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.transformer import SeqStep, Transformer
 from real_backend.sampling import token_probs
@@ -38,6 +38,13 @@ class Drafter:
         if request_id in self.cache.tables:
             self.cache.free(request_id)
 
+    def fork(self, parent_id: int, child_id: int, shared_tokens: int) -> None:
+        """A new branch's draft cache: its parent's, cut to the `shared_tokens` they share
+        (or fewer, if the parent's lags); the branch catches up on the rest when it drafts."""
+        if parent_id in self.cache.tables:
+            self.cache.fork(parent_id, child_id)
+            self.cache.truncate(child_id, min(shared_tokens, self.cache.length(child_id)))
+
     def rollback(self, request_id: int, valid_tokens: int) -> None:
         """Keep at most the first `valid_tokens` cached tokens (those still right)."""
         if request_id in self.cache.tables:
@@ -49,8 +56,11 @@ class Drafter:
 
     # ------------------------------------------------------------------ chains
 
-    def propose_chain(self, batch: list[DecodeRequest], lengths: list[int]) -> list[Draft]:
-        """A chain of `lengths[b]` tokens per request, one draft forward per position."""
+    def propose_chain(
+        self, batch: list[DecodeRequest], lengths: list[int], rules: EmissionRules | None = None
+    ) -> list[Draft]:
+        """A chain of `lengths[b]` tokens per request, one draft forward per position; with
+        `rules`, no banned token is drafted and a chain stops after a token ending emission."""
         drafts = [Draft([], []) for _ in batch]
         probs: list[list[torch.Tensor]] = [[] for _ in batch]
         feed = {b: self._pending(r) for b, r in enumerate(batch) if lengths[b] > 0}
@@ -60,16 +70,35 @@ class Drafter:
             logits = self.model.step(self.cache, steps, last_only=True)  # each (1, V)
             feed = {}
             for b, row in zip(order, logits, strict=True):
-                token = self._choose(row[-1], batch[b], probs[b])
-                drafts[b].parents.append(len(drafts[b].tokens) - 1)
-                drafts[b].tokens.append(token)
-                if len(drafts[b].tokens) < lengths[b]:
+                r, draft = batch[b], drafts[b]
+                banned = self._banned(rules, r, draft)
+                token = self._choose(row[-1], r, probs[b], banned)
+                draft.parents.append(len(draft.tokens) - 1)
+                draft.tokens.append(token)
+                ends = rules is not None and rules.ends_emission(token)
+                if len(draft.tokens) < lengths[b] and not ends:
                     feed[b] = [token]
         for draft, p in zip(drafts, probs, strict=True):
             draft.probs = torch.stack(p) if p else None
         return drafts
 
-    def _choose(self, logits: torch.Tensor, r: DecodeRequest, probs: list[torch.Tensor]) -> int:
+    @staticmethod
+    def _banned(rules: EmissionRules | None, r: DecodeRequest, draft: Draft) -> list[int]:
+        if rules is None:
+            return []
+        previous = draft.tokens[-1] if draft.tokens else r.tokens[-1]
+        return rules.banned(r, previous, len(draft.tokens))
+
+    def _choose(
+        self,
+        logits: torch.Tensor,  # (V,)
+        r: DecodeRequest,
+        probs: list[torch.Tensor],
+        banned: list[int],
+    ) -> int:
+        if banned:
+            logits = logits.clone()
+            logits[banned] = float("-inf")
         if self.sampling.temperature == 0:
             return int(torch.argmax(logits))
         q = token_probs(logits, self.sampling)  # (V,)

@@ -4,6 +4,11 @@ Per step and sequence: the draft proposes a chain of k tokens (or a token tree);
 runs the last emitted token plus the proposal in one forward, with the tree mask; the rule
 below accepts a prefix (a root-to-node path) and adds the target's own next token; the
 target cache keeps exactly the accepted tokens, the draft cache the still-valid ones.
+
+With emission rules (APAR's branches): banned tokens are masked out of the draft's and the
+target's logits alike, so what is accepted is what greedy decoding under the rules emits; a
+token that ends emission (APAR's fork) ends the draft's chain and, once accepted, the step's
+emission (no bonus token after it).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from real_backend.decoders.acceptance import accept_rejection_sampling
-from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest
+from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest, EmissionRules
 from real_backend.decoders.drafter import Draft, Drafter
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.transformer import SeqStep, Transformer
@@ -30,11 +35,15 @@ class SpeculativeDecoder(Decoder):
         cache: PagedKVCache,
         drafter: Drafter,
         config: SpeculativeDecoderConfig,
+        rules: EmissionRules | None = None,
     ) -> None:
+        if rules is not None and config.tree is not None:
+            raise ValueError("emission rules apply to chain drafts")
         self.model = model
         self.cache = cache
         self.drafter = drafter
         self.config = config
+        self.rules = rules
         self.lookahead_slots = config.max_draft_tokens
         self._recent: dict[int, deque[int]] = {}  # adaptive k: accepted counts per request
 
@@ -43,30 +52,62 @@ class SpeculativeDecoder(Decoder):
         self._recent.pop(request_id, None)
 
     def decode(self, batch: list[DecodeRequest]) -> DecodeOutcome:
+        return self.decode_with(batch, [])[0]
+
+    def decode_with(
+        self, batch: list[DecodeRequest], others: list[SeqStep]
+    ) -> tuple[DecodeOutcome, list[torch.Tensor]]:
+        """One step for `batch`, with `others` (e.g. APAR's fork chunks) in the same target
+        forward; returns the outcome and the others' logits."""
         drafts = self._propose(batch)
         steps = [
             SeqStep(r.request_id, [r.tokens[-1], *d.tokens], [-1, *(p + 1 for p in d.parents)])
             for r, d in zip(batch, drafts, strict=True)
         ]
         contexts = [self.cache.length(r.request_id) for r in batch]
-        logits = self.model.step(self.cache, steps)  # each (1 + n_b, V)
-        if self.config.temperature > 0:
-            decisions = [
-                self._accept_sampled(*args) for args in zip(batch, drafts, logits, strict=True)
-            ]
-        else:
-            decisions = self._accept_greedy(drafts, logits)
+        everything = self.model.step(self.cache, steps + others)
+        decisions = self._decide(batch, drafts, everything[: len(batch)])
         outcome = DecodeOutcome(emitted=[])
-        for r, draft, ctx, (path, bonus) in zip(batch, drafts, contexts, decisions, strict=True):
-            self.cache.keep(r.request_id, ctx, [0, *(j + 1 for j in path)])
-            self.drafter.rollback(r.request_id, self._draft_valid(r, draft, path))
-            outcome.emitted.append([*(draft.tokens[j] for j in path), bonus])
-            outcome.accepted_per_request.append(len(path))
-            outcome.drafted += len(draft.tokens)
-            outcome.accepted += len(path)
-            outcome.verified += 1 + len(draft.tokens)
-            self._remember(r.request_id, len(path))
-        return outcome
+        for args in zip(batch, drafts, contexts, decisions, strict=True):
+            self._settle(outcome, *args)
+        return outcome, everything[len(batch) :]
+
+    def _decide(
+        self,
+        batch: list[DecodeRequest],
+        drafts: list[Draft],
+        logits: list[torch.Tensor],  # each (1 + n_b, V)
+    ) -> list[tuple[list[int], int]]:
+        """Per sequence (accepted node indices, the target's next token)."""
+        if not batch:  # only others (APAR's fork chunks) in this forward
+            return []
+        if self.rules is not None:
+            logits = [self._obey(*args) for args in zip(batch, drafts, logits, strict=True)]
+        if self.config.temperature > 0:
+            return [self._accept_sampled(*args) for args in zip(batch, drafts, logits, strict=True)]
+        return self._accept_greedy(drafts, logits)
+
+    def _settle(
+        self,
+        outcome: DecodeOutcome,
+        r: DecodeRequest,
+        draft: Draft,
+        context: int,
+        decision: tuple[list[int], int],
+    ) -> None:
+        """Emit the accepted tokens (and the bonus), roll both caches back to what stays."""
+        path, bonus = decision
+        emitted = [draft.tokens[j] for j in path]
+        ends = self._ends_emission(emitted)
+        cached = path[:-1] if ends else path  # an emission's last token is never cached
+        self.cache.keep(r.request_id, context, [0, *(j + 1 for j in cached)])
+        self.drafter.rollback(r.request_id, self._draft_valid(r, draft, path))
+        outcome.emitted.append(emitted if ends else [*emitted, bonus])
+        outcome.accepted_per_request.append(len(path))
+        outcome.drafted += len(draft.tokens)
+        outcome.accepted += len(path)
+        outcome.verified += 1 + len(draft.tokens)
+        self._remember(r.request_id, len(path))
 
     # ------------------------------------------------------------------ drafting
 
@@ -77,7 +118,7 @@ class SpeculativeDecoder(Decoder):
         lengths = [
             min(self._draft_length(r.request_id), cap) for r, cap in zip(batch, limits, strict=True)
         ]
-        return self.drafter.propose_chain(batch, lengths)
+        return self.drafter.propose_chain(batch, lengths, self.rules)
 
     def _draft_length(self, request_id: int) -> int:
         """k, or with `adaptive`: one more than the recent mean accepted, within bounds."""
@@ -94,6 +135,25 @@ class SpeculativeDecoder(Decoder):
             window.append(accepted)
 
     # ------------------------------------------------------------------ verification
+
+    def _ends_emission(self, emitted: list[int]) -> bool:
+        return self.rules is not None and bool(emitted) and self.rules.ends_emission(emitted[-1])
+
+    def _obey(
+        self,
+        r: DecodeRequest,
+        draft: Draft,
+        logits: torch.Tensor,  # (1 + n, V): after the root and each drafted token of a chain
+    ) -> torch.Tensor:
+        """`logits` with the tokens the rules ban at each position impossible."""
+        assert self.rules is not None
+        out = logits.clone()
+        previous = [r.tokens[-1], *draft.tokens]
+        for i in range(out.shape[0]):
+            banned = self.rules.banned(r, previous[i], i)
+            if banned:
+                out[i, banned] = float("-inf")
+        return out
 
     def _accept_greedy(
         self, drafts: list[Draft], logits: list[torch.Tensor]

@@ -1,5 +1,6 @@
 """Build an APAR zoo entry: tokenizer with fork/child tokens → masked training on a half
-structured, half code mix → fork rates on held-out prompts → model card.
+structured, half code mix → fork rates on held-out prompts → a draft distilled from the
+target on the same rows → its agreement with the target → model card.
 
 Deterministic for a spec and a stdlib: it trains on one thread (on a shared 2-core machine
 two threads wait on each other far more than they gain).
@@ -15,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from real_backend.zoo import train as T
 from real_backend.zoo.apar_data import (
@@ -29,8 +29,9 @@ from real_backend.zoo.apar_data import (
     writes_detail_inline,
 )
 from real_backend.zoo.apar_data import digest as lists_digest
+from real_backend.zoo.build import shape_text
 from real_backend.zoo.corpus import build_corpus
-from real_backend.zoo.specs import AparSpec
+from real_backend.zoo.specs import AparSpec, ModelShape, TrainSpec
 from real_backend.zoo.tokenizer import EOS, PAD, encode_documents, save_tokenizer, train_tokenizer
 from workbench.errors import WorkbenchError
 
@@ -64,55 +65,9 @@ def pack_examples(
     return ids_t, mask_t[:, 1:]
 
 
-def train_masked(
-    model: Any,
-    rows: torch.Tensor,  # (N, L) token ids
-    masks: torch.Tensor,  # (N, L - 1) loss on targets
-    spec: AparSpec,
-    log: Any,
-) -> dict[str, float]:
-    """Next-token cross-entropy over the masked targets only (AdamW, warmup + cosine)."""
-    tspec = spec.target_train
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": tspec.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=tspec.lr,
-        betas=(0.9, 0.95),
-        eps=1e-8,
-    )
-    gen = torch.Generator().manual_seed(spec.seed + 100)
-    order = torch.empty(0, dtype=torch.long)
-    model.train()
-    t0, ema = time.perf_counter(), float("nan")
-    for step in range(tspec.steps):
-        if len(order) < tspec.batch_size:
-            order = torch.cat([order, torch.randperm(len(rows), generator=gen)])
-        idx, order = order[: tspec.batch_size], order[tspec.batch_size :]
-        for group in opt.param_groups:
-            group["lr"] = T.lr_at(step, tspec)
-        loss = masked_ce(model, rows[idx], masks[idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tspec.grad_clip)
-        opt.step()
-        ema = loss.item() if math.isnan(ema) else 0.9 * ema + 0.1 * loss.item()
-        if step % 50 == 0 or step == tspec.steps - 1:
-            log(f"  step {step + 1}/{tspec.steps} masked ce {loss.item():.3f} (ema {ema:.3f})")
-    model.eval()
-    return {"final_train_ce_ema": ema, "train_seconds": time.perf_counter() - t0}
-
-
 def masked_ce(model: Any, rows: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
-    logits = model(input_ids=rows[:, :-1]).logits  # (B, L-1, V)
-    ce = F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)), rows[:, 1:].reshape(-1), reduction="none"
-    )  # (B·(L-1),)
-    weights = masks.reshape(-1).float()
-    return (ce * weights).sum() / weights.sum().clamp(min=1.0)
+    """Mean next-token cross-entropy over the masked targets of `rows`."""
+    return T.token_ce(model(input_ids=rows[:, :-1]).logits, rows[:, 1:], masks)
 
 
 @torch.no_grad()
@@ -194,15 +149,12 @@ def build_apar_into(spec: AparSpec, folder: Path, log: Any) -> dict[str, Any]:
         config = T.make_config(spec.target, spec.vocab_size, max_pos)
         model = T.new_model(config, spec.seed)
         log(f"[{spec.name}] model: {T.n_params(model):,} parameters, {len(rows)} rows")
-        info = train_masked(model, rows, masks, spec, log)
+        info = T.train_model(model, rows, spec.target_train, spec.seed + 100, log=log, masks=masks)
         held = [d for d in lists if d.heldout]
         h_ex = [ex for d in held for ex in examples(d, encode, ids[FORK], ids[CHILD], ids[EOS])]
         h_rows, h_masks = pack_examples(h_ex, spec.seq_len + 1, ids[PAD])
-        with torch.no_grad():
-            structured_loss = float(masked_ce(model, h_rows, h_masks))
-        code_loss = T.heldout_loss(
-            model, T.pack(encode_documents(tok, corpus.heldout), spec.seq_len + 1)[:16]
-        )
+        h_code = T.pack(encode_documents(tok, corpus.heldout), spec.seq_len + 1)[:16]
+        losses = heldout_losses(model, h_rows, h_masks, h_code)
         prompts = eval_prompts(lists, stdlib)
         log(f"[{spec.name}] fork rates on held-out prompts")
         rates = {
@@ -211,6 +163,9 @@ def build_apar_into(spec: AparSpec, folder: Path, log: Any) -> dict[str, Any]:
         }
         model.save_pretrained(folder / "target")
         save_tokenizer(tok, folder / "target", max_pos, extra_special=(FORK, CHILD))
+        draft, draft_card = train_draft(spec, model, (rows, masks), (h_rows, h_masks, h_code), log)
+        draft.save_pretrained(folder / "draft")
+        save_tokenizer(tok, folder / "draft", max_pos, extra_special=(FORK, CHILD))
     return {
         **T.card_header(spec),
         "corpus": corpus.summary(),
@@ -233,23 +188,102 @@ def build_apar_into(spec: AparSpec, folder: Path, log: Any) -> dict[str, Any]:
             "child_token_id": ids[CHILD],
         },
         "uniform_loss": round(math.log(spec.vocab_size), 4),
-        "target": {
-            "parameters": T.n_params(model),
-            "shape": asdict(spec.target),
-            "train": asdict(spec.target_train),
-            "train_seconds": round(info["train_seconds"], 2),
-            "final_train_ce_ema": round(info["final_train_ce_ema"], 4),
-            "heldout_structured_loss": round(structured_loss, 4),
-            "heldout_code_loss": round(code_loss, 4),
-        },
+        "target": _role_stats(model, spec.target, spec.target_train, info, losses),
+        **draft_card,
         "apar": rates,
         "build_seconds": round(time.perf_counter() - t0, 1),
         "threads": THREADS,
     }
 
 
+def train_draft(
+    spec: AparSpec,
+    target: Any,
+    train: tuple[torch.Tensor, torch.Tensor],  # (rows, loss masks) the target trained on
+    heldout: tuple[torch.Tensor, torch.Tensor, torch.Tensor],  # structured rows, masks, code
+    log: Any,
+) -> tuple[Any, dict[str, Any]]:
+    """The draft, distilled from the finished target on its rows, and its card entries.
+
+    It comes last, with seeds of its own (the target's + 1, as a ZooSpec pair's draft), so
+    the target is what it would be without one."""
+    (rows, masks), (h_rows, h_masks, h_code) = train, heldout
+    max_pos = target.config.max_position_embeddings
+    draft = T.new_model(T.make_config(spec.draft, spec.vocab_size, max_pos), spec.seed + 1)
+    log(f"[{spec.name}] draft: {T.n_params(draft):,} parameters, distill {spec.distill}")
+    info = T.train_model(
+        draft, rows, spec.draft_train, spec.seed + 101, target, spec.distill, log, masks
+    )
+    losses = heldout_losses(draft, h_rows, h_masks, h_code)
+    log(f"[{spec.name}] draft agreement on held-out rows")
+    agreement = {
+        "structured": T.greedy_agreement(target, draft, h_rows, masks=h_masks),
+        "code": T.greedy_agreement(target, draft, h_code),
+    }
+    positions = {"structured": int(h_masks.sum()), "code": int(h_code[:, 1:].numel())}
+    overall = sum(agreement[k] * positions[k] for k in agreement) / sum(positions.values())
+    return draft, {
+        "draft": {
+            **_role_stats(draft, spec.draft, spec.draft_train, info, losses),
+            "distill": spec.distill,
+        },
+        # Teacher-forced: the share of held-out positions with loss (structured: the
+        # skeletons and the children's details; code: every position) where the draft's
+        # argmax is the target's.
+        "greedy_agreement": round(overall, 4),
+        "greedy_agreement_by_kind": {k: round(v, 4) for k, v in agreement.items()},
+        "agreement_positions": positions,
+    }
+
+
+def heldout_losses(
+    model: Any, h_rows: torch.Tensor, h_masks: torch.Tensor, h_code: torch.Tensor
+) -> dict[str, float]:
+    """Held-out loss on the structured rows (masked) and on the code blocks."""
+    with torch.no_grad():
+        structured = float(masked_ce(model, h_rows, h_masks))
+    return {"structured": structured, "code": T.heldout_loss(model, h_code)}
+
+
+def _role_stats(
+    model: Any,
+    shape: ModelShape,
+    tspec: TrainSpec,
+    info: dict[str, float],
+    losses: dict[str, float],
+) -> dict[str, Any]:
+    return {
+        "parameters": T.n_params(model),
+        "shape": asdict(shape),
+        "train": asdict(tspec),
+        "train_seconds": round(info["train_seconds"], 2),
+        "final_train_ce_ema": round(info["final_train_ce_ema"], 4),
+        "heldout_structured_loss": round(losses["structured"], 4),
+        "heldout_code_loss": round(losses["code"], 4),
+    }
+
+
 def render_apar_card(card: dict[str, Any]) -> str:
-    t, s, a = card["target"], card["structured"], card["apar"]
+    t, d, s, a = card["target"], card["draft"], card["structured"], card["apar"]
+    g = card["greedy_agreement_by_kind"]
+    rows = [
+        ("parameters", f"{t['parameters']:,}", f"{d['parameters']:,}"),
+        ("layers x hidden", shape_text(t["shape"]), shape_text(d["shape"])),
+        ("training steps x batch", _steps(t["train"]), _steps(d["train"])),
+        ("distillation weight", "0", f"{d['distill']}"),
+        (
+            "held-out loss, structured (masked)",
+            f"{t['heldout_structured_loss']:.3f} nats",
+            f"{d['heldout_structured_loss']:.3f} nats",
+        ),
+        (
+            "held-out loss, code",
+            f"{t['heldout_code_loss']:.3f} nats",
+            f"{d['heldout_code_loss']:.3f} nats",
+        ),
+        ("train seconds", f"{t['train_seconds']:.1f}", f"{d['train_seconds']:.1f}"),
+    ]
+    table = "\n".join(f"| {r} | {x} | {y} |" for r, x, y in rows)
     return f"""# Zoo model `{card["name"]}`
 
 {card["description"]}. Llama-shaped (RMSNorm, RoPE, GQA, SwiGLU, tied embeddings), trained
@@ -257,16 +291,16 @@ from scratch by `workbench zoo build {card["name"]}` with plain PyTorch on one C
 for APAR decoding (`decoder: {{kind: apar}}`): it writes the skeleton of a numbered list
 and a fork token `{FORK}` where each item's detail belongs; the detail is written by a
 child branch that starts with `{CHILD}`. A toy for measuring APAR honestly, not a
-language model.
+language model. The draft (same tokenizer) is trained after the target on the same rows
+and loss masks, distilled from it, for APAR with speculative decoding.
 
-| | |
-|---|---|
-| parameters | {t["parameters"]:,} |
-| layers x hidden | {t["shape"]["num_layers"]} x {t["shape"]["hidden_size"]} |
-| training steps x batch | {t["train"]["steps"]} x {t["train"]["batch_size"]} |
-| held-out loss, structured (masked) | {t["heldout_structured_loss"]:.3f} nats |
-| held-out loss, code | {t["heldout_code_loss"]:.3f} nats |
-| train seconds | {t["train_seconds"]:.1f} |
+| | target | draft |
+|---|---|---|
+{table}
+
+**Draft vs target.** Greedy agreement under teacher forcing on held-out rows (positions
+with loss): {card["greedy_agreement"]:.3f} overall, structured {g["structured"]:.3f}, code
+{g["code"]:.3f}.
 
 **Fork rate** (greedy root, up to {card["spec"]["eval_new_tokens"]} tokens, held-out
 prompts): structured {a["structured"]["fork_rate"]:.2f} ({a["structured"]["mean_forks"]:.1f}
@@ -291,3 +325,7 @@ token id {card["tokenizer"]["child_token_id"]}).
 Versions: {", ".join(f"{k} {v}" for k, v in card["versions"].items())}.
 Build time: {card["build_seconds"]:.1f} s.
 """
+
+
+def _steps(t: dict[str, Any]) -> str:
+    return f"{t['steps']} x {t['batch_size']}"

@@ -1,7 +1,7 @@
 """Build a zoo entry: corpus -> tokenizer -> target -> draft -> evaluation -> model card.
 
 Layout of ``<cache>/<name>/``: ``target/`` and ``draft/`` (Hugging Face checkpoint folders,
-tokenizer files included; an APAR entry has ``target/`` alone, `apar_build.py`),
+tokenizer files included; an APAR entry's are built by `apar_build.py`),
 ``MODEL_CARD.md`` and ``card.json``. A build writes into
 ``<name>.partial/`` and renames it at the end, so a folder with ``card.json`` is complete.
 """
@@ -184,7 +184,7 @@ def render_card(card: dict[str, Any]) -> str:
     g = card["greedy_drafting"]
     rows = [
         ("parameters", f"{t['parameters']:,}", f"{d['parameters']:,}"),
-        ("layers x hidden", _shape(t["shape"]), _shape(d["shape"])),
+        ("layers x hidden", shape_text(t["shape"]), shape_text(d["shape"])),
         ("training tokens", f"{t['training_tokens']:,}", f"{d['training_tokens']:,}"),
         ("distillation weight", f"{t['distill']}", f"{d['distill']}"),
         ("held-out loss (nats)", f"{t['heldout_loss']:.3f}", f"{d['heldout_loss']:.3f}"),
@@ -221,5 +221,5 @@ Build time: {card["build_seconds"]:.1f} s.
 """
 
 
-def _shape(s: dict[str, int]) -> str:
+def shape_text(s: dict[str, int]) -> str:
     return f"{s['num_layers']} x {s['hidden_size']} ({s['num_heads']}/{s['num_kv_heads']} heads)"

@@ -64,7 +64,8 @@ def _summary(card: dict[str, Any]) -> str:
             f"built: APAR model {t['parameters']:,} params, fork rate "
             f"{a['structured']['fork_rate']:.2f} structured / "
             f"{a['unstructured']['fork_rate']:.2f} unstructured, inline with the fork banned "
-            f"{a['structured']['banned_inline_rate']:.2f}"
+            f"{a['structured']['banned_inline_rate']:.2f}; draft "
+            f"{card['draft']['parameters']:,} params, agreement {card['greedy_agreement']:.3f}"
         )
     t, d = card["target"], card["draft"]
     return (

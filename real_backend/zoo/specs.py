@@ -101,9 +101,10 @@ SMALL = ZooSpec(
 
 @dataclass(frozen=True)
 class AparSpec:
-    """An APAR-tuned model (no draft): trained half on structured stdlib lists with fork and
-    child tokens (`apar_data.py`), half on the stdlib's code, as the paper mixes in
-    unstructured data."""
+    """An APAR-tuned model: trained half on structured stdlib lists with fork and child
+    tokens (`apar_data.py`), half on the stdlib's code, as the paper mixes in unstructured
+    data; and a small draft of it for APAR with speculative decoding, with the same tokenizer,
+    trained after it on the same rows and loss masks with distillation from it."""
 
     name: str
     description: str
@@ -114,6 +115,9 @@ class AparSpec:
     heldout_bytes: int
     target: ModelShape
     target_train: TrainSpec
+    draft: ModelShape
+    draft_train: TrainSpec
+    distill: float  # weight of KL(target || draft) in the draft's loss, as ZooSpec's
     max_items: int  # items per structured list at most
     structured_share: float  # of the training rows
     # Training lists also written sequentially, details inline: with the fork token banned the
@@ -128,7 +132,10 @@ class AparSpec:
 
 APAR_TINY = AparSpec(
     name="apar-tiny",
-    description="test-sized APAR model: 96-wide x 2 layers, vocab 1024, fork/child tokens",
+    description=(
+        "test-sized APAR model: 96-wide x 2 layers, draft 48-wide x 1 layer, vocab 1024, "
+        "fork/child tokens"
+    ),
     seed=1234,
     vocab_size=1024,
     seq_len=96,
@@ -136,6 +143,11 @@ APAR_TINY = AparSpec(
     heldout_bytes=30_000,
     target=ModelShape(96, 256, 2, 4, 2),
     target_train=TrainSpec(steps=400, batch_size=16, lr=3e-3, warmup_steps=30),
+    # Half the target's width, one layer: it exists for the tests (built in every session), so
+    # its steps are few: ~55 ms each on one thread (a teacher forward included), ~+11 s build.
+    draft=ModelShape(48, 128, 1, 2, 1),
+    draft_train=TrainSpec(steps=250, batch_size=16, lr=3e-3, warmup_steps=30),
+    distill=0.9,  # ZooSpec's measured best (see ZooSpec.distill)
     max_items=5,
     structured_share=0.5,
     inline_share=0.25,
@@ -145,7 +157,10 @@ APAR_TINY = AparSpec(
 
 APAR_SMALL = AparSpec(
     name="apar-small",
-    description="APAR model 256-wide x 4 layers (GQA 8/2 heads), vocab 4096, fork/child tokens",
+    description=(
+        "APAR model 256-wide x 4 layers (GQA 8/2 heads), draft 128-wide x 1 layer, vocab 4096, "
+        "fork/child tokens"
+    ),
     seed=1234,
     vocab_size=4096,
     seq_len=128,
@@ -153,6 +168,12 @@ APAR_SMALL = AparSpec(
     heldout_bytes=100_000,
     target=ModelShape(256, 688, 4, 8, 2),
     target_train=TrainSpec(steps=1200, batch_size=16, lr=2e-3, warmup_steps=60),
+    # SMALL's draft shape: one layer keeps its per-token cost near the CPU's fixed per-forward
+    # overhead, and width is nearly free there. A step costs ~0.7 s on one thread (the
+    # teacher's forward ~0.25 s, the 4096-token head most of the rest): 600 steps, ~7 min.
+    draft=ModelShape(128, 344, 1, 4, 1),
+    draft_train=TrainSpec(steps=600, batch_size=16, lr=3e-3, warmup_steps=50),
+    distill=0.9,  # ZooSpec's measured best (see ZooSpec.distill)
     max_items=6,
     structured_share=0.5,
     inline_share=0.25,
@@ -164,8 +185,8 @@ SPECS: dict[str, ZooSpec | AparSpec] = {s.name: s for s in (TINY, SMALL, APAR_TI
 
 
 def roles_of(spec: ZooSpec | AparSpec) -> tuple[str, ...]:
-    """The checkpoint folders an entry has: a pair's target and draft, an APAR model alone."""
-    return ("target",) if isinstance(spec, AparSpec) else ("target", "draft")
+    """The checkpoint folders an entry has: a target and its draft (APAR entries too)."""
+    return ("target", "draft")
 
 
 def get_spec(name: str) -> ZooSpec | AparSpec:

@@ -98,15 +98,35 @@ def lr_at(step: int, spec: TrainSpec) -> float:
     return floor + 0.5 * (spec.lr - floor) * (1 + math.cos(math.pi * progress))
 
 
-def _batches(blocks: torch.Tensor, batch_size: int, steps: int, seed: int):
-    """``steps`` batches of rows, each epoch a fresh seeded permutation."""
+def _batches(n: int, batch_size: int, steps: int, seed: int) -> Iterator[torch.Tensor]:
+    """``steps`` batches of row indices into ``n`` rows, each epoch a fresh seeded permutation."""
     gen = torch.Generator().manual_seed(seed)
     order = torch.empty(0, dtype=torch.long)
     for _ in range(steps):
         if len(order) < batch_size:
-            order = torch.cat([order, torch.randperm(len(blocks), generator=gen)])
+            order = torch.cat([order, torch.randperm(n, generator=gen)])
         idx, order = order[:batch_size], order[batch_size:]
-        yield blocks[idx]
+        yield idx
+
+
+def token_ce(
+    logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Mean next-token cross-entropy of (B, L, V) logits against (B, L) targets; with a
+    (B, L) boolean ``mask``, over the masked targets only."""
+    flat = logits.reshape(-1, logits.size(-1))
+    if mask is None:
+        return F.cross_entropy(flat, targets.reshape(-1))
+    ce = F.cross_entropy(flat, targets.reshape(-1), reduction="none")  # (B·L,)
+    return masked_mean(ce, mask.reshape(-1))
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean of `values` over the True entries of `mask` (same shape); all of them if None."""
+    if mask is None:
+        return values.mean()
+    weights = mask.float()
+    return (values * weights).sum() / weights.sum().clamp(min=1.0)
 
 
 def train_model(
@@ -117,8 +137,10 @@ def train_model(
     teacher: LlamaForCausalLM | None = None,
     distill: float = 0.0,
     log: Log | None = None,
+    masks: torch.Tensor | None = None,  # (N, seq_len): which targets blocks[:, 1:] carry loss
 ) -> dict[str, float]:
-    """Next-token CE; with a teacher, ``(1 - distill) * CE + distill * KL(teacher || model)``."""
+    """Next-token CE; with a teacher, ``(1 - distill) * CE + distill * KL(teacher || model)``.
+    With ``masks`` (APAR's rows), both are averaged over the masked targets only."""
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
@@ -132,18 +154,19 @@ def train_model(
     )
     model.train()
     t0, loss_ema = time.perf_counter(), float("nan")
-    for step, batch in enumerate(_batches(blocks, spec.batch_size, spec.steps, seed)):
+    for step, idx in enumerate(_batches(len(blocks), spec.batch_size, spec.steps, seed)):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, spec)
+        batch, mask = blocks[idx], None if masks is None else masks[idx]
         x, y = batch[:, :-1], batch[:, 1:]
         logits = model(input_ids=x).logits
-        ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+        ce = token_ce(logits, y, mask)
         loss = ce
         if teacher is not None and distill > 0:
             with torch.no_grad():
                 t_logp = F.log_softmax(teacher(input_ids=x).logits, dim=-1)
             s_logp = F.log_softmax(logits, dim=-1)
-            kl = (t_logp.exp() * (t_logp - s_logp)).sum(-1).mean()
+            kl = masked_mean((t_logp.exp() * (t_logp - s_logp)).sum(-1), mask)  # over (B, L)
             loss = (1 - distill) * ce + distill * kl
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -173,7 +196,11 @@ def heldout_loss(model: LlamaForCausalLM, blocks: torch.Tensor, batch_size: int 
 
 @torch.no_grad()
 def greedy_agreement(
-    target: LlamaForCausalLM, draft: LlamaForCausalLM, blocks: torch.Tensor, batch_size: int = 16
+    target: LlamaForCausalLM,
+    draft: LlamaForCausalLM,
+    blocks: torch.Tensor,
+    batch_size: int = 16,
+    masks: torch.Tensor | None = None,  # (N, seq_len): count only these targets' positions
 ) -> float:
     """Share of teacher-forced positions where argmax(draft) == argmax(target)."""
     same, count = 0, 0
@@ -181,8 +208,9 @@ def greedy_agreement(
         x = blocks[i : i + batch_size, :-1]
         t = target(input_ids=x).logits.argmax(-1)
         d = draft(input_ids=x).logits.argmax(-1)
-        same, count = same + int((t == d).sum()), count + t.numel()
-    return same / count
+        keep = torch.ones_like(t, dtype=torch.bool) if masks is None else masks[i : i + len(x)]
+        same, count = same + int(((t == d) & keep).sum()), count + int(keep.sum())
+    return same / max(count, 1)
 
 
 @torch.no_grad()

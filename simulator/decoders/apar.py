@@ -10,6 +10,8 @@ real engine does, so the records of a replayed real run line up with its own.
 
 from __future__ import annotations
 
+import numpy as np
+
 from simulator.decoders.apar_walker import BranchWalker
 from workbench.apar_records import BranchBook, BranchRecords
 from workbench.apar_trees import BranchTree
@@ -44,6 +46,10 @@ class AparBranches:
         done = [c.seq.request_id for c in plan.prefills if c.tokens == c.seq.prefill_remaining]
         return decodes + done
 
+    def extra_before_fork(self, seqs: list[Sequence]) -> np.ndarray:
+        """(b,) most tokens each branch may emit beyond one this step: a fork ends it."""
+        return self.walker.extra_before_fork(s.request_id for s in seqs)
+
     def after_step(
         self,
         replica: int,
@@ -51,18 +57,23 @@ class AparBranches:
         emitting: list[int],
         policy: ContinuousBatching,
         result: StepResult,
-    ) -> None:
-        """Record the step's emissions and start the children it forked."""
+        extra: dict[int, int] | None = None,
+    ) -> list[tuple[int, int, int]]:
+        """Record the step's emissions (one token each, plus `extra` from speculation) and
+        start the children it forked; returns (parent, child, tokens they share) per fork."""
         assert self.book is not None
         for sid in sorted(emitting):
-            self.book.emit(sid, replica, step)
+            self.book.emit(sid, replica, step, 1 + (extra.get(sid, 0) if extra else 0))
         self.book.close_step(replica, step)
         for seq in result.started:
             seq.first_emit_step = -1  # the book records APAR emissions, not the policy's spans
         decoding = {s.request_id: s for s in policy.decode_sequences()}
-        for fork in self.walker.emitted(sorted(emitting)):
-            policy.fork(decoding[fork.parent_id], fork.child_id, fork.own_tokens)
+        forks = []
+        for fork in self.walker.emitted(sorted(emitting), extra):
+            child = policy.fork(decoding[fork.parent_id], fork.child_id, fork.own_tokens)
             self.book.fork(fork.parent_id, fork.child_id)
+            forks.append((fork.parent_id, fork.child_id, child.computed))
+        return forks
 
     def finish(self, seq: Sequence) -> int:
         """The request ended: keep its tree; returns the tokens it emitted."""

@@ -24,8 +24,9 @@ from workbench.scenario.decoders import SpeculativeDecoderConfig
 from workbench.scenario.scenario import Scenario
 
 
-def draft_model_spec(cfg: SpeculativeDecoderConfig) -> ModelSpec:
-    """The draft's shape: its config.json (`config_path`, or a resolved `zoo`) or `name`."""
+def draft_model_spec(cfg: SpeculativeDecoderConfig, field: str = "decoder.draft") -> ModelSpec:
+    """The draft's shape: its config.json (`config_path`, or a resolved `zoo`) or `name`.
+    `field`: where the draft sits in the scenario (APAR's: decoder.speculative.draft)."""
     draft = cfg.draft
     if draft.config_path is not None:
         return model_from_hf_config(draft.config_path, name=draft.name or "draft")
@@ -33,12 +34,12 @@ def draft_model_spec(cfg: SpeculativeDecoderConfig) -> ModelSpec:
         spec = MODEL_CATALOG.get(draft.name)
         if spec is None:
             message = unknown_name_message("model", draft.name, MODEL_CATALOG)
-            raise WorkbenchError(message, field="decoder.draft.name")
+            raise WorkbenchError(message, field=f"{field}.name")
         return spec
     raise WorkbenchError(
-        "the simulator needs the draft model's shape: give decoder.draft.config_path (or zoo) "
-        "or decoder.draft.name (a model catalog name)",
-        field="decoder.draft",
+        f"the simulator needs the draft model's shape: give {field}.config_path (or zoo) "
+        f"or {field}.name (a model catalog name)",
+        field=field,
     )
 
 
@@ -56,6 +57,11 @@ class DraftCache:
     def release(self, request_id: int) -> None:
         """A finished or preempted request: its draft KV is gone."""
         self.cached.pop(request_id, None)
+
+    def fork(self, parent_id: int, child_id: int, shared_tokens: int) -> None:
+        """An APAR child's draft cache starts as its parent's, cut to what they share."""
+        if parent_id in self.cached:
+            self.cached[child_id] = min(self.cached[parent_id], shared_tokens)
 
     def step_s(
         self,

@@ -21,6 +21,7 @@ from workbench.scenario.decoders import (
     AparDecoderConfig,
     LookaheadDecoderConfig,
     SpeculativeDecoderConfig,
+    draft_field,
 )
 from workbench.scenario.scenario import Scenario
 from workbench.seeding import component_rng
@@ -29,19 +30,35 @@ if TYPE_CHECKING:
     from workbench.store.db import ResultsStore
 
 
+def multi_token(decoder: object) -> SpeculativeDecoderConfig | LookaheadDecoderConfig | None:
+    """The multi-token decoder a config steps with: its own, or APAR's speculation (whose
+    branches speculate like any sequence), else None."""
+    if isinstance(decoder, AparDecoderConfig):
+        return decoder.speculative_config()
+    if isinstance(decoder, SpeculativeDecoderConfig | LookaheadDecoderConfig):
+        return decoder
+    return None
+
+
 def draft_spec(scenario: Scenario) -> ModelSpec | None:
     """The speculative draft's shape (it shares the replica's memory), else None."""
-    decoder = scenario.decoder
-    return draft_model_spec(decoder) if isinstance(decoder, SpeculativeDecoderConfig) else None
+    decoder = multi_token(scenario.decoder)
+    if not isinstance(decoder, SpeculativeDecoderConfig):
+        return None
+    return draft_model_spec(decoder, draft_field(scenario.decoder))
 
 
 def build_steppers(
-    scenario: Scenario, replicas: int, store: ResultsStore | None
+    scenario: Scenario,
+    replicas: int,
+    store: ResultsStore | None,
+    apar: AparBranches | None = None,
 ) -> tuple[list[MultiTokenStepper | None], dict[str, str]]:
     """One stepper per replica (None each for vanilla decoding) and facts for the run's
-    info: which run a calibrated histogram came from, and the histogram."""
-    decoder = scenario.decoder
-    if not isinstance(decoder, SpeculativeDecoderConfig | LookaheadDecoderConfig):
+    info: which run a calibrated histogram came from, and the histogram. With `apar`, a
+    speculating branch's draws stop at its next fork."""
+    decoder = multi_token(scenario.decoder)
+    if decoder is None:
         return [None] * replicas, {}
     counts, info = None, {}
     if decoder.calibrate_from is not None:
@@ -52,8 +69,9 @@ def build_steppers(
             "calibrated_accepted_counts": json.dumps(counts.tolist()),
         }
     model = _step_model(decoder, counts)
+    limit = None if apar is None else apar.extra_before_fork
     steppers: list[MultiTokenStepper | None] = [
-        MultiTokenStepper(model, _replica_rng(scenario.seed, i), _draft(scenario))
+        MultiTokenStepper(model, _replica_rng(scenario.seed, i), _draft(scenario), limit)
         for i in range(replicas)
     ]
     return steppers, info

@@ -5,11 +5,13 @@ step). Before the step runs, the stepper reads each decoding sequence's exact pr
 draws the tokens it will emit beyond the first (capped by its room), and prices the step:
 the target's forward (prefill chunks, plus 1 + extra tokens per decoding sequence, each
 extra token attending to its sequence's KV and the step's earlier tokens) and, for
-speculative decoding, the draft model's forwards before it.
+speculative decoding, the draft model's forwards before it. APAR's speculating branches also
+stop at their next fork (`limit`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,20 +51,34 @@ def decode_progress(seqs: list[Sequence], step: int) -> tuple[np.ndarray, np.nda
 
 class MultiTokenStepper:
     def __init__(
-        self, model: StepModel, rng: np.random.Generator, draft: DraftCache | None = None
+        self,
+        model: StepModel,
+        rng: np.random.Generator,
+        draft: DraftCache | None = None,
+        limit: Callable[[list[Sequence]], np.ndarray] | None = None,
     ) -> None:
+        """limit: (b,) most tokens beyond the first each sequence may emit in a step, besides
+        its room (APAR: up to its next fork); None: the room alone."""
         self.model = model
         self.rng = rng
         self.draft = draft
+        self.limit = limit
 
     def release(self, request_id: int) -> None:
         if self.draft is not None:
             self.draft.release(request_id)
 
+    def fork(self, parent_id: int, child_id: int, shared_tokens: int) -> None:
+        """An APAR child's draft state starts from its parent's."""
+        if self.draft is not None:
+            self.draft.fork(parent_id, child_id, shared_tokens)
+
     def plan_step(self, plan: StepPlan, seqs: list[Sequence], target: CostModel) -> StepDraw:
         generated, computed = decode_progress(seqs, plan.step)
         output = np.array([s.output_tokens for s in seqs], dtype=np.int64)
         caps = output - generated - 1  # (b,) room beyond the step's first token
+        if self.limit is not None:
+            caps = np.minimum(caps, self.limit(seqs))
         extra = self.model.extra_tokens(caps)  # (b,)
         accepted = self.model.draw(self.rng, caps)
         context = computed + 1  # (b,) KV incl. the step's first token

@@ -7,14 +7,15 @@ every run (a step's tokens from all of a request's branches are one emission).
 - apar_step_compression: answer tokens (the reassembled answer: fork tokens and EOS left
   out) over generation steps (steps in which the request emitted), summed over requests.
   A sequential answer of the same text takes one step per token and its EOS.
-- apar_mean_live_branches: tokens per emission, i.e. branches that emitted per step, over
-  every generation step of every request.
+- apar_mean_live_branches: branches that emitted per step, over every generation step of
+  every request (tokens per emission, unless the branches speculated).
 - apar_kv_token_steps_saved_share: 1 − (KV entries held, summed over the request's
   generation steps) / (the same for a sequential answer of the same text: prompt + i
   entries at its i-th step). A branch holds its own tokens (a child also its fork and child
   tokens) from its first emission on; a child without children is released after its last,
   every other branch when the request ends; the prompt and a shared prefix count once.
-  Steps a preempted request spends waiting count as held (an upper bound).
+  Steps a preempted request spends waiting count as held (an upper bound); a branch's
+  cache grows by its tokens per emitting step (one, unless it speculated).
 - apar_attention_keys_per_token: keys the step that emits a token attends to (its branch's
   visible context), per emitted token; apar_attention_keys_saved_share: 1 − its sum over
   the sum of a sequential answer's (prompt + i − 1 keys for its i-th token).
@@ -55,7 +56,7 @@ def apar_summary(records: RunRecords) -> dict[str, Number]:
         "apar_fork_rate": float((per["branches"] > 1).mean()),
         "apar_branches_per_request": float(per["branches"].mean()),
         "apar_step_compression": float(per["answer_tokens"].sum() / steps) if steps else None,
-        "apar_mean_live_branches": float(per["tokens"].sum() / steps) if steps else None,
+        "apar_mean_live_branches": float(per["branch_steps"].sum() / steps) if steps else None,
         "apar_kv_token_steps_saved_share": 1 - float(per["kv"].sum() / seq_kv) if seq_kv else None,
         "apar_attention_keys_per_token": float(per["keys"].sum() / per["tokens"].sum()),
         "apar_attention_keys_saved_share": 1 - float(per["keys"].sum() / seq_keys)
@@ -91,8 +92,9 @@ def per_request(records: RunRecords) -> dict[str, np.ndarray]:
         "sequential_kv",
         "keys",
         "sequential_keys",
+        "branch_steps",
     )
-    table = np.array(rows, dtype=np.float64).reshape(-1, len(columns))  # (n, 8)
+    table = np.array(rows, dtype=np.float64).reshape(-1, len(columns))  # (n, 9)
     out = {name: table[:, j] for j, name in enumerate(columns)}
     out["request_id"] = np.array(kept, dtype=np.int64)
     return out
@@ -127,8 +129,9 @@ def _request_row(b, rows: np.ndarray, prompt: int, steps: int, last: int) -> tup
     end = np.where(root | has_children, last, b.last_step[rows])  # released when
     extra = np.where(root, 0, 2)  # a child's fork and child tokens
     held = end - first + 1  # (k,) steps each branch holds KV
+    rate = np.maximum(tokens / np.maximum(b.steps[rows], 1), 1.0)  # (k,) tokens per step
     kv = prompt * (last - int(first[0]) + 1) + int(
-        (extra * held + _capped_ramp(held, tokens)).sum()
+        (extra * held + _capped_ramp(held, tokens, rate)).sum()
     )
     start = tree.context_start(prompt)  # (k,)
     keys = int((tokens * start + tokens * (tokens - 1) // 2).sum())
@@ -143,10 +146,12 @@ def _request_row(b, rows: np.ndarray, prompt: int, steps: int, last: int) -> tup
         seq_kv,
         keys,
         seq_kv,
+        int(b.steps[rows].sum()),
     )
 
 
-def _capped_ramp(n: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Σ_{j=0}^{n-1} min(j, t), elementwise: a branch's own cached tokens over its steps."""
-    full = np.minimum(n, t + 1)  # steps while still growing
-    return full * (full - 1) // 2 + t * (n - full)
+def _capped_ramp(n: np.ndarray, t: np.ndarray, rate: np.ndarray) -> np.ndarray:
+    """Σ_{j=0}^{n-1} min(j · rate, t), elementwise: a branch's own cached tokens over its
+    steps, growing by `rate` tokens a step."""
+    full = np.minimum(n, np.floor(t / rate) + 1)  # steps while still growing
+    return rate * full * (full - 1) / 2 + t * (n - full)

@@ -21,6 +21,11 @@ Decode emissions (`workbench.metrics.decode_emissions`) give tokens per sequence
   completed requests: a step drafts position i exactly when its room (output tokens still to
   emit, less one) is at least i, for a fixed k ≥ i. Positions 1 up to the longest accepted
   run observed (at most MAX_POSITIONS).
+
+APAR runs that speculate record a request's branches as one emission per step, so the
+emission-based metrics (tokens per decode step, step compression, acceptance by position)
+would count branches as accepted tokens: for them only the step-based ones are reported
+(branches are sequences there), and APAR's own metrics (`workbench.metrics.apar`) the rest.
 """
 
 from __future__ import annotations
@@ -46,16 +51,20 @@ def decoder_summary(records: RunRecords) -> dict[str, Number]:
     accepted = int(np.asarray(steps.accepted_tokens, dtype=np.int64).sum())
     sequence_steps = int(np.asarray(steps.decode_tokens, dtype=np.int64).sum())
     verified = int(np.asarray(steps.verified_tokens, dtype=np.int64).sum())
-    emissions = decode_emissions(records)
     out: dict[str, Number] = {
         "acceptance_rate": _ratio(accepted, drafted),
         "mean_accepted_tokens": _ratio(accepted, sequence_steps),
-        "mean_tokens_per_decode_step": _ratio(
-            int(np.dot(emissions.tokens, emissions.count)), int(emissions.count.sum())
-        ),
-        "step_compression_ratio": _per_request_compression(emissions, len(records.requests.status)),
         "extra_flops_share": _extra_share(verified, sequence_steps + accepted),
     }
+    if records.branches is not None:  # APAR: an emission is a request's branches together
+        return out
+    emissions = decode_emissions(records)
+    out["mean_tokens_per_decode_step"] = _ratio(
+        int(np.dot(emissions.tokens, emissions.count)), int(emissions.count.sum())
+    )
+    out["step_compression_ratio"] = _per_request_compression(
+        emissions, len(records.requests.status)
+    )
     out.update(position_acceptance(emissions))
     return out
 

@@ -7,11 +7,13 @@ through a step model (`acceptance` / `tokens_per_step`, or `calibrate_from` a re
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import Field, model_validator
 
 from workbench.scenario.base import StrictModel
+
+DecoderConfigT = TypeVar("DecoderConfigT", bound=StrictModel)
 
 
 class SamplingConfig(StrictModel):
@@ -381,6 +383,28 @@ class AparTreeModelConfig(StrictModel):
         return self
 
 
+class AparSpeculationConfig(StrictModel):
+    """APAR with speculative decoding: every branch drafts and verifies like any sequence."""
+
+    draft: DraftModelConfig = Field(
+        default_factory=DraftModelConfig,
+        description="The draft model: it must share the target's tokenizer, fork and child "
+        "tokens included (an APAR zoo entry's draft: `zoo: apar-small`).",
+    )
+    num_speculative_tokens: int = Field(
+        default=4,
+        gt=0,
+        le=64,
+        description="k: drafted tokens per branch per step. A drafted fork token ends the "
+        "chain: a branch's emission ends at its fork, where the child starts.",
+    )
+    acceptance: AcceptanceModel = Field(
+        default_factory=lambda: IIDAcceptance(kind="iid", rate=0.7),
+        description="Simulator: accepted drafted tokens per branch and step (a branch's "
+        "draws stop at its next fork).",
+    )
+
+
 class AparDecoderConfig(SamplingConfig):
     kind: Literal["apar"] = Field(
         description="APAR (Liu et al., 2024): a model tuned to emit a fork token where a detail "
@@ -410,6 +434,12 @@ class AparDecoderConfig(SamplingConfig):
         description="Simulator: a run id (prefix) of a real APAR run whose request trees to "
         "replay (request i gets tree i modulo their number).",
     )
+    speculative: AparSpeculationConfig | None = Field(
+        default=None,
+        description="Speculate every branch with a draft model (greedy output unchanged while "
+        "max_branches does not bind); the simulator draws each branch's accepted tokens "
+        "from `acceptance`.",
+    )
 
     @model_validator(mode="after")
     def _children_fit(self) -> AparDecoderConfig:
@@ -427,7 +457,45 @@ class AparDecoderConfig(SamplingConfig):
 
     @property
     def max_draft_tokens(self) -> int:
-        return 0
+        return 0 if self.speculative is None else self.speculative.num_speculative_tokens
+
+    def speculative_config(self) -> SpeculativeDecoderConfig | None:
+        """The speculative decoder every branch runs (chains, this config's sampling)."""
+        spec = self.speculative
+        if spec is None:
+            return None
+        return SpeculativeDecoderConfig(
+            kind="speculative",
+            draft=spec.draft,
+            num_speculative_tokens=spec.num_speculative_tokens,
+            acceptance=spec.acceptance,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+        )
+
+
+def draft_of(decoder: object) -> DraftModelConfig | None:
+    """The draft model a decoder config runs, if any."""
+    if isinstance(decoder, SpeculativeDecoderConfig | PipeInferDecoderConfig):
+        return decoder.draft
+    if isinstance(decoder, AparDecoderConfig) and decoder.speculative is not None:
+        return decoder.speculative.draft
+    return None
+
+
+def with_draft(decoder: DecoderConfigT, draft: DraftModelConfig) -> DecoderConfigT:
+    """`decoder` (one that drafts) with another draft model config."""
+    if isinstance(decoder, AparDecoderConfig) and decoder.speculative is not None:
+        speculative = decoder.speculative.model_copy(update={"draft": draft})
+        return decoder.model_copy(update={"speculative": speculative})
+    return decoder.model_copy(update={"draft": draft})
+
+
+def draft_field(decoder: object) -> str:
+    """Where a decoder config's draft sits in a scenario (for error messages)."""
+    apar = isinstance(decoder, AparDecoderConfig)
+    return "decoder.speculative.draft" if apar else "decoder.draft"
 
 
 PIPELINE_DECODER_KINDS = ("pipeline", "pipeinfer")

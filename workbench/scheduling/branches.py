@@ -45,8 +45,9 @@ class BranchGroup:
         self.held[seq.request_id] = seq.blocks
         released: list[tuple[int, int]] = []
         branch = seq.request_id
-        while branch in self.held and not self._read_by_others(branch):
-            released.append((branch, self.held.pop(branch)))
+        while branch >= 0 and not self._read_by_others(branch):
+            if branch in self.held:  # (an ancestor released by a preemption holds nothing)
+                released.append((branch, self.held.pop(branch)))
             branch = self.parent.get(branch, -1)
         return released
 

@@ -182,7 +182,7 @@ class ContinuousBatching(BatchPolicy):
         """Allocate this step's decode blocks, preempting the newest sequences if short."""
         preempted: list[Sequence] = []
         need = self.decoding.block_demand_at(self.step)
-        while need > self.free_blocks():
+        while need > self.free_blocks() and self.running:
             preempted += self._preempt_newest()
             need = self.decoding.block_demand_at(self.step)
         self.used_blocks += need
@@ -339,6 +339,10 @@ class ContinuousBatching(BatchPolicy):
             self.used_blocks -= seq.blocks
             seq.blocks = 0
             return seq
+        # An ended branch keeps its cached tokens' blocks for its forks, not its headroom.
+        cached = blocks_for(seq.computed, self.block_size) - seq.shared_blocks
+        self.used_blocks -= seq.blocks - min(seq.blocks, cached)
+        seq.blocks = min(seq.blocks, cached)
         for branch, blocks in group.end(seq):
             self.used_blocks -= blocks
             released.append(branch)

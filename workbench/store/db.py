@@ -308,9 +308,11 @@ class ResultsStore:
 
     def _load_branches(self, run_id: str) -> BranchRecords | None:
         """An APAR run's branch trees (None for other runs, and before schema 6)."""
-        if not self._table_columns("branches"):
+        present = self._table_columns("branches")
+        if not present:
             return None
-        names = ", ".join(BRANCH_COLUMNS)
+        legacy = {n: e for n, e in LEGACY_COLUMNS["branches"].items() if n not in present}
+        names = ", ".join(f"{legacy[n]} AS {n}" if n in legacy else n for n in BRANCH_COLUMNS)
         arrow = self._con.sql(
             f"SELECT {names} FROM branches WHERE run_id = ?", params=[run_id]
         ).to_arrow_table()

@@ -36,7 +36,7 @@ from workbench.metrics.decoder import MAX_POSITIONS
 from workbench.metrics.pipeline import PIPELINE_SUMMARY_COLUMNS
 from workbench.metrics.saturation import SATURATION_KEYS
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 # The oldest schema a read-only store reads as it is: since then only columns were added,
 # which `load_records` fills for old databases (NULL, or LEGACY_COLUMNS' derivation). A
 # writable open migrates.
@@ -162,6 +162,7 @@ BRANCH_COLUMNS: dict[str, str] = {
     "first_step": "BIGINT",  # step of its first own emission
     "last_step": "BIGINT",  # and of its last
     "replica": "INTEGER",
+    "steps": "BIGINT",  # steps it emitted in (schema 10; before, one token each: its tokens)
 }
 BRANCH_TABLE_DDL = (
     "CREATE TABLE IF NOT EXISTS branches (run_id VARCHAR NOT NULL, "
@@ -381,6 +382,8 @@ def fill_config_columns_sql(where: str = "") -> str:
 # decoders verified 1 + drafted tokens per sequence (lookahead's window went unrecorded).
 LEGACY_COLUMNS: dict[str, dict[str, str]] = {
     "steps": {"verified_tokens": "decode_tokens + drafted_tokens"},
+    # Before v10 APAR branches emitted one token per step (no speculation).
+    "branches": {"steps": "tokens"},
     # Before v4 the run's label and configuration values lived only in config_json.
     "runs": {
         LABEL_COLUMN[0]: f"NULL::{LABEL_COLUMN[1]}",
@@ -426,5 +429,9 @@ MIGRATIONS: dict[int, list[str | PythonStep]] = {
     8: [
         "ALTER TABLE profile_points ADD COLUMN IF NOT EXISTS decode_context_max BIGINT DEFAULT 0",
         "ALTER TABLE profile_points ADD COLUMN IF NOT EXISTS idle_before_s DOUBLE DEFAULT 0",
+    ],
+    9: [  # APAR with speculation: a branch's emitting steps apart from its tokens
+        "ALTER TABLE branches ADD COLUMN IF NOT EXISTS steps BIGINT",
+        f"UPDATE branches SET steps = {LEGACY_COLUMNS['branches']['steps']}",
     ],
 }
