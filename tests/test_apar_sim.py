@@ -191,3 +191,15 @@ def test_a_draft_never_accepted_takes_the_steps_of_apar_alone(tmp_path) -> None:
     for name in ("request_id", "first_step", "last_step", "tokens_per_step"):
         assert np.array_equal(getattr(apar.emissions, name), getattr(rejected.emissions, name))
     assert rejected.steps.drafted_tokens.sum() > 0 and rejected.steps.accepted_tokens.sum() == 0
+
+
+def test_the_summary_of_a_speculating_apar_run_shows_branches_not_emissions(tmp_path) -> None:
+    from workbench.runner import run_scenario
+    from workbench.summary import RunHeader, format_summary
+
+    s = scenario(tmp_path, *SPECULATING)
+    with ResultsStore.open(":memory:") as store:
+        (outcome,) = run_scenario(s, store, source="apar.yaml")
+    text = format_summary(RunHeader.from_scenario(outcome.run_id, s, None), outcome.summary, "-")
+    assert "live branches/step" in text and "acceptance" in text
+    assert "tokens/decode step" not in text and "step compression 1.00" not in text

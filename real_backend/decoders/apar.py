@@ -192,7 +192,8 @@ class AparDecoder(Decoder):
         speculative = config.speculative_config()
         if (speculative is None) != (drafter is None):
             raise ValueError("a drafter goes with decoder.speculative, and only with it")
-        if speculative is not None and drafter is not None:
+        if drafter is not None:
+            assert speculative is not None
             rules = BranchRules(self.rules)
             self.speculation = SpeculativeDecoder(model, cache, drafter, speculative, rules)
             self.lookahead_slots = self.speculation.lookahead_slots

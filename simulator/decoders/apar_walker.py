@@ -10,6 +10,7 @@ emission (`extra_before_fork` caps the draws).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -60,8 +61,9 @@ class BranchWalker:
         out = []
         for sequence_id in sequence_ids:
             branch = self.branches[sequence_id]
-            ahead = [p for p in self._fork_at[branch.owner].get(branch.index, ()) if p > branch.own]
-            out.append(ahead[0] - branch.own - 1 if ahead else NO_FORK_AHEAD)
+            positions = self._fork_at[branch.owner].get(branch.index, [])
+            i = bisect.bisect_right(positions, branch.own)  # the first fork still ahead
+            out.append(positions[i] - branch.own - 1 if i < len(positions) else NO_FORK_AHEAD)
         return np.array(out, dtype=np.int64)
 
     def emitted(

@@ -182,6 +182,8 @@ class ContinuousBatching(BatchPolicy):
         """Allocate this step's decode blocks, preempting the newest sequences if short."""
         preempted: list[Sequence] = []
         need = self.decoding.block_demand_at(self.step)
+        # A multi-token step may have overdrawn the budget (`complete`); with nothing left to
+        # preempt, held branches are the ones to go (`_unblock`, when admission stalls).
         while need > self.free_blocks() and self.running:
             preempted += self._preempt_newest()
             need = self.decoding.block_demand_at(self.step)
