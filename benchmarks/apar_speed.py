@@ -20,7 +20,7 @@ continuous batching, the three methods taking turns at each rate (the sequential
 decoding each request's APAR answer): requests per second, p50/p99 E2E, steps.
 
     python benchmarks/apar_speed.py [--zoo apar-small] [--prompts 24] [--max-new 160]
-        [--repeat 3] [--threads 1] [--load 2 4 8] [--speculative 4]
+        [--repeat 3] [--threads 1] [--load 2 4 8] [--speculative 4] [--kernels reference]
 """
 
 from __future__ import annotations
@@ -144,6 +144,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--load", type=float, nargs="*", default=[], help="request rates")
     parser.add_argument(
+        "--kernels", choices=["grouped", "reference"], default="grouped",
+        help="attention kernels (reference: every row padded to the step's longest)",
+    )  # fmt: skip
+    parser.add_argument(
         "--speculative", type=int, default=0, help="k: also run APAR and vanilla speculating"
     )
     args = parser.parse_args()
@@ -151,6 +155,7 @@ def main() -> None:
     folder = resolve_zoo_model(args.zoo, "target")
     model = load_checkpoint(folder, torch.float32, "cpu")
     model.fuse()
+    model.use_kernels(args.kernels)
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -163,6 +168,7 @@ def main() -> None:
     if args.speculative:
         draft = load_checkpoint(resolve_zoo_model(args.zoo, "draft"), torch.float32, "cpu")
         draft.fuse()
+        draft.use_kernels(args.kernels)
     compared = methods(model, tokens, draft, args.speculative)
     results: dict[str, list[Run]] = {name: [] for name in [*compared, "sequential"]}
     unstructured_forks = []

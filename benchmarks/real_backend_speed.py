@@ -8,6 +8,7 @@ Opt-in. Two measurements (greedy, fixed output lengths, EOS ignored by both side
   run to the longest output; aggregate useful tokens/s.
 
     python benchmarks/real_backend_speed.py CHECKPOINT_FOLDER [--threads 2] [--scale 8]
+        [--kernels reference]
 """
 
 from __future__ import annotations
@@ -87,10 +88,15 @@ def main() -> None:
     parser.add_argument("--scale", type=int, default=8, help="divide real lengths by this")
     parser.add_argument("--single", type=int, default=3, help="requests for the batch-1 case")
     parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (median)")
+    parser.add_argument(
+        "--kernels", choices=["auto", "grouped", "reference"], default="auto",
+        help="our engine's attention kernels (auto: grouped on CPU)",
+    )  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     hf = transformers.AutoModelForCausalLM.from_pretrained(args.checkpoint).eval()
     model = load_checkpoint(args.checkpoint)
+    model.use_kernels(args.kernels)
     vocab = hf.config.vocab_size
     prompt_lens, output_lens = spread_lengths(32, args.scale, seed=0)
     prompts = synthetic_prompts(prompt_lens, vocab, seed=0)

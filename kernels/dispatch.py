@@ -2,13 +2,15 @@
 
 ``select_kernels(choice, device)`` with ``choice``:
 
-* ``"auto"``: Triton on a CUDA device, the references elsewhere. On CUDA without Triton it
-  raises rather than quietly running the (slower) references, which would change what is
-  measured.
+* ``"auto"``: Triton on a CUDA device, the grouped references elsewhere. On CUDA without
+  Triton it raises rather than quietly running the (slower) references, which would change
+  what is measured.
 * ``"triton"``: the Triton kernels; raises ``KernelUnavailable`` unless Triton is installed and
   the device is CUDA or Triton's interpreter is on (``TRITON_INTERPRET=1`` before Triton is
   first imported; that is how the tests run them on CPU).
-* ``"reference"``: the PyTorch references, anywhere.
+* ``"grouped"``: the PyTorch references, attention run per group of rows of like shape
+  (``kernels.grouped_attention``: a step's long rows no longer pad its short ones), anywhere.
+* ``"reference"``: the PyTorch references as they are, anywhere.
 
 Triton is imported only when a Triton set is selected, so CPU users and the light path never
 need it. This module imports nothing from the project.
@@ -16,6 +18,7 @@ need it. This module imports nothing from the project.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 from dataclasses import dataclass
@@ -23,20 +26,21 @@ from typing import Literal, Protocol
 
 import torch
 
-from kernels import paged_attention, verification
+from kernels import grouped_attention, paged_attention, verification
 from kernels.errors import KernelUnavailable
 
 __all__ = [
     "KernelChoice",
     "KernelSet",
     "KernelUnavailable",
+    "grouped_kernels",
     "reference_kernels",
     "select_kernels",
     "triton_kernels",
 ]
 
-KernelChoice = Literal["auto", "triton", "reference"]
-CHOICES: tuple[KernelChoice, ...] = ("auto", "triton", "reference")
+KernelChoice = Literal["auto", "triton", "grouped", "reference"]
+CHOICES: tuple[KernelChoice, ...] = ("auto", "triton", "grouped", "reference")
 
 
 class WriteKV(Protocol):
@@ -84,14 +88,16 @@ class GreedyVerify(Protocol):
 class KernelSet:
     """One implementation of every kernel, all with the references' signatures."""
 
-    name: Literal["triton", "reference"]
+    name: Literal["triton", "grouped", "reference"]
     write_kv: WriteKV
     copy_blocks: CopyBlocks
     paged_tree_attention: PagedTreeAttention
     greedy_verify: GreedyVerify
     max_tree_nodes: int | None  # most nodes (root included) greedy_verify takes as a tree
     # Attention reads every sequence's KV as long as the batch's widest block table (the
-    # reference gathers whole tables); the Triton kernel reads each sequence's own blocks.
+    # reference gathers whole tables); the Triton kernel reads each sequence's own blocks, the
+    # grouped references their group's: counted as exact, the closer of the two prices (a
+    # decode batch of 10-16 mixed contexts ran 1.2-1.4x its equal-context twin, not 2-4x).
     pads_attention: bool
 
 
@@ -104,6 +110,15 @@ def reference_kernels() -> KernelSet:
         greedy_verify=verification.greedy_verify,
         max_tree_nodes=None,
         pads_attention=True,
+    )
+
+
+def grouped_kernels() -> KernelSet:
+    return dataclasses.replace(
+        reference_kernels(),
+        name="grouped",
+        paged_tree_attention=grouped_attention.paged_tree_attention,
+        pads_attention=False,
     )
 
 
@@ -139,8 +154,10 @@ def select_kernels(choice: KernelChoice, device: torch.device | str) -> KernelSe
     device = torch.device(device)
     if choice not in CHOICES:
         raise ValueError(f"kernels must be one of {', '.join(CHOICES)}, got {choice!r}")
-    if choice == "reference" or (choice == "auto" and device.type != "cuda"):
+    if choice == "reference":
         return reference_kernels()
+    if choice == "grouped" or (choice == "auto" and device.type != "cuda"):
+        return grouped_kernels()
     kernels = triton_kernels()
     if not _triton_runs_on(device):
         raise KernelUnavailable(

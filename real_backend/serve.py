@@ -166,7 +166,7 @@ def draft_folder(scenario: Scenario) -> Path | None:
 
 def use_kernels(model: Transformer, choice: KernelChoice) -> str:
     """Select the model's kernels now, so an impossible choice fails before serving; returns
-    the implementation that runs ("triton" or "reference")."""
+    the implementation that runs ("triton", "grouped" or "reference")."""
     try:
         return model.use_kernels(choice).name
     except KernelUnavailable as e:

@@ -97,8 +97,20 @@ def error_table(real: RunData, sim: RunData) -> Table:
         note=f"Sim priced by {priced}. Error = sim / real − 1. Step wall time: from the end "
         "of the previous step to the end of this one, for steps that followed it back to "
         "back (scheduling and bookkeeping included); the real engine's recorded step "
-        "duration holds its forwards only.",
+        "duration holds its forwards only." + "".join(f" {d}." for d in _drift_lines(sim)),
     )
+
+
+def _drift_lines(sim: RunData) -> list[str]:
+    """The machine's drift since calibration, when `--backend both` measured it."""
+    drift = sim.run.get("info", {}).get("machine_drift")
+    return [f"{DRIFT_LABEL}: {drift}"] if drift else []
+
+
+DRIFT_LABEL = (
+    "Machine drift since calibration (the profile's probes served again, median step time "
+    "against the profile's; twin errors of this size are the machine's)"
+)
 
 
 def pair_name(real: RunData) -> str:
@@ -127,7 +139,7 @@ def pair_error_text(store: ResultsStore, real_id: str, sim_id: str) -> str:
         )
         for row in (headers, *rows)
     ]
-    return "\n".join(lines)
+    return "\n".join([*lines, *_drift_lines(sim)])
 
 
 def _text(value: float | None, decimals: int) -> str:

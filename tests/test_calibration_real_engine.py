@@ -43,7 +43,8 @@ def test_calibrate_stores_every_probe_step_and_exports_csv(
     contexts = [p.decode_context_sum for p in decodes]
     assert contexts == list(range(4 * 49, 4 * 49 + 4 * len(decodes), 4))
     assert [p.decode_context_max for p in decodes] == [c // 4 for c in contexts]
-    assert profile.info["decode_attention"] == "padded"  # the reference kernels on CPU
+    assert profile.info["kernels"] == "grouped"  # the CPU default
+    assert profile.info["decode_attention"] == "exact"  # priced by the context sum
     # One client thinking 5 ms between requests: each prompt wakes an idle engine, and its
     # step costs from the arrival; no other probe sleeps between steps.
     woken = [p for p in points if p.idle_before_s > 0]
@@ -101,3 +102,19 @@ def test_cuda_without_a_gpu_gets_one_line(tiny_zoo: Path, tmp_path: Path, capsys
     code = main(_calibrate_cli(tmp_path / "x.duckdb", tiny_zoo, "--device", "cuda"))
     err = capsys.readouterr().err.strip()
     assert code == 2 and "no CUDA device" in err and len(err.splitlines()) == 1
+
+
+def test_the_kernels_measured_are_the_ones_asked_for(tiny_zoo: Path, tmp_path: Path) -> None:
+    target = resolve_target("tiny", "cpu", "fp32", str(tiny_zoo), "reference")
+    probes = [run.name for run in get_grid("test", 2048).runs()]
+
+    def stop_after_first(done: int, total: int, probe: str) -> None:
+        if probe == probes[1]:
+            raise KeyboardInterrupt
+
+    with ResultsStore.open(tmp_path / "k.duckdb") as store:
+        with pytest.raises(KeyboardInterrupt):
+            calibrate(target, store, grid_name="test", progress=stop_after_first)
+        (padded,) = store.profiles()
+        assert padded.info["kernels"] == "reference"
+        assert padded.info["decode_attention"] == "padded"

@@ -22,10 +22,11 @@ from real_backend.model.config import ModelArgs  # noqa: E402
 from real_backend.model.transformer import SeqStep, Transformer  # noqa: E402
 
 
-def test_reference_anywhere_and_auto_off_cuda():
+def test_references_anywhere_and_grouped_auto_off_cuda():
     assert select_kernels("reference", DEVICE).name == "reference"
-    assert select_kernels("auto", "cpu").name == "reference"
-    with pytest.raises(ValueError, match="one of auto, triton, reference"):
+    assert select_kernels("grouped", DEVICE).name == "grouped"
+    assert select_kernels("auto", "cpu").name == "grouped"
+    with pytest.raises(ValueError, match="one of auto, triton, grouped, reference"):
         select_kernels("cuda", "cpu")  # type: ignore[arg-type]
 
 
@@ -43,7 +44,7 @@ def test_triton_without_interpreter_or_cuda_is_refused_and_never_imported_lazily
         """
         import sys
         from kernels.dispatch import KernelUnavailable, select_kernels
-        assert select_kernels("auto", "cpu").name == "reference"
+        assert select_kernels("auto", "cpu").name == "grouped"
         assert "triton" not in sys.modules, "the reference path imported triton"
         try:
             select_kernels("triton", "cpu")
@@ -114,6 +115,28 @@ def test_model_forward_with_triton_equals_the_references():
     assert len(got) == len(expected)
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
+
+
+# A long prompt beside a short one, then steps whose rows the grouped attention splits.
+GROUPED_PLANS = [
+    [SeqStep("a", [1 + t % 100 for t in range(150)]), SeqStep("b", [5, 6, 7, 8, 9])],
+    [SeqStep("a", [30]), SeqStep("b", [31, 32, 33])],
+    [SeqStep("b", [34]), SeqStep("a", [35, 36], parents=[-1, -1]), SeqStep("c", [7] * 60)],
+]
+
+
+def test_model_forward_with_grouped_attention_equals_the_references():
+    from kernels.grouped_attention import row_groups
+
+    assert len(row_groups([150, 5], [150, 5], TINY_SHAPE["hidden_size"])) == 2
+    model = tiny_transformer(seed=2)
+    logits = {}
+    for choice in ("reference", "grouped"):
+        model.use_kernels(choice)  # type: ignore[arg-type]
+        cache = model.new_cache(num_blocks=20, block_size=16)
+        logits[choice] = [x for plan in GROUPED_PLANS for x in model.step(cache, plan)]
+    for g, e in zip(logits["grouped"], logits["reference"], strict=True):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
 
 
 def test_use_kernels_refuses_before_changing_the_choice():

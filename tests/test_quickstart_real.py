@@ -31,7 +31,7 @@ def test_real_and_sim_runs_and_a_side_by_side_report(zoo_dir: Path, tmp_path: Pa
         real = next(r for r in runs if r["backend"] == "real")
         records = store.load_records(real["run_id"])
     assert (records.requests.status == "finished").all()
-    assert records.info["device"] == "cpu" and records.info["kernels"] == "reference"
+    assert records.info["device"] == "cpu" and records.info["kernels"] == "grouped"
     assert records.info["linear"] == "onednn-prepacked"  # CPU fp32 with oneDNN (torch's CPU wheel)
     assert records.requests.output_tokens.sum() == records.steps.emitted_tokens.sum()
     assert main(["report", "--db", str(db), "--out", str(out)]) == 0

@@ -40,6 +40,11 @@ def test_both_backends_run_as_a_pair_with_an_error_table(
         (profile,) = store.profiles()
     assert (real["backend"], sim["backend"]) == ("real", "sim")
     assert sim["info"]["twin_of"] == real["run_id"]
+    # The profile's drift probes, served before and after the real run.
+    drift = sim["info"]["machine_drift"]
+    assert drift.count("before the run") == 2 and drift.count("after") == 2
+    assert "decode-b4-p48" in drift and "mixed-b4" in drift
+    assert "Machine drift since calibration" in out
     real_config, sim_config = json.loads(real["config_json"]), json.loads(sim["config_json"])
     assert sim_config["cost_model"] == {
         "kind": "calibrated", "profile": profile.profile_id, "profile_csv": None,
@@ -83,3 +88,69 @@ def test_a_profile_measured_with_other_threads_is_refused(tiny_zoo: Path, tmp_pa
         store_profile(store, other, points_of(works, [truth().step_time_s(w) for w in works]))
         with pytest.raises(WorkbenchError, match=r"measured with \d+ torch threads, this run has"):
             twin_scenarios(scenario, store, None)
+
+
+def test_a_profile_of_other_kernels_is_refused(tiny_zoo: Path, tmp_path: Path) -> None:
+    import torch
+    from calibration_helpers import grid_works, points_of, profile, store_profile, truth
+
+    from workbench.errors import WorkbenchError
+    from workbench.runner import twin_scenarios
+    from workbench.scenario.loader import load_scenario
+
+    padded = profile()
+    padded.threads = torch.get_num_threads()
+    padded.info |= {"kernels": "reference", "decode_attention": "padded"}
+    with ResultsStore.open(tmp_path / "k.duckdb") as store:
+        works = grid_works()
+        store_profile(store, padded, points_of(works, [truth().step_time_s(w) for w in works]))
+        scenario = load_scenario(SCENARIO, [f"model.zoo_dir={tiny_zoo}"])
+        with pytest.raises(WorkbenchError, match="reference kernels, this run uses the grouped"):
+            twin_scenarios(scenario, store, None)
+        same = load_scenario(SCENARIO, [f"model.zoo_dir={tiny_zoo}", "model.kernels=reference"])
+        real, _ = twin_scenarios(same, store, None)
+        assert real.model.kernels == "reference"
+
+
+def test_drift_text_compares_with_the_profile() -> None:
+    from real_backend.calibration.drift import ProbeDrift, drift_text
+
+    before = [ProbeDrift("decode-b8-p384", 10.0, 10.5), ProbeDrift("mixed-b16", 20.0, 19.0)]
+    after = [ProbeDrift("decode-b8-p384", 10.0, 12.0)]
+    assert drift_text(before, after) == (
+        "decode-b8-p384 +5.0% before the run, +20.0% after; mixed-b16 -5.0% before the run"
+    )
+
+
+def test_drift_is_not_measured_without_the_profiles_checkpoint_or_probes(tiny_zoo: Path) -> None:
+    from calibration_helpers import profile
+
+    from real_backend.calibration.drift import DriftProbe
+    from real_backend.calibration.measure import kernels_of
+
+    gone = profile()  # its checkpoint, /zoo/tiny/target, is not on this machine
+    assert DriftProbe.of(gone, []) is None
+    here = profile()
+    here.checkpoint = str(tiny_zoo / "tiny" / "target")
+    assert DriftProbe.of(here, []) is None  # no points of the drift probes to compare with
+    assert kernels_of(here) == "reference"  # recorded before kernels were: that day's CPU set
+
+
+def test_the_twin_prefers_a_profile_of_the_runs_kernels(tiny_zoo: Path, tmp_path: Path) -> None:
+    from calibration_helpers import grid_works, points_of, profile, store_profile, truth
+
+    from simulator.cost_models.calibrated import calibrated_config_for
+    from workbench.runner import with_model_source
+    from workbench.scenario.loader import load_scenario
+
+    works = grid_works()
+    points = points_of(works, [truth().step_time_s(w) for w in works])
+    grouped, padded = profile(), profile()
+    grouped.info |= {"kernels": "grouped"}
+    padded.info |= {"kernels": "reference"}
+    scenario = with_model_source(load_scenario(SCENARIO, [f"model.zoo_dir={tiny_zoo}"]))
+    with ResultsStore.open(tmp_path / "p.duckdb") as store:
+        first = store_profile(store, grouped, points)
+        store_profile(store, padded, points)  # the latest, but of other kernels
+        cost = calibrated_config_for(scenario, store, None, "grouped")
+        assert cost.profile == first.profile_id

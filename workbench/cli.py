@@ -125,6 +125,10 @@ def _calibrate_parser(sub: Any) -> None:
     cmd.add_argument("--model", required=True, help="a zoo model name or a checkpoint folder")
     cmd.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     cmd.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
+    cmd.add_argument(
+        "--kernels", choices=["auto", "triton", "grouped", "reference"], default="auto",
+        help="the engine's kernels, as model.kernels (default auto: the runs' default)",
+    )  # fmt: skip
     cmd.add_argument("--db", default=DEFAULT_DB, help=f"results database (default {DEFAULT_DB})")
     cmd.add_argument("--name", help="the profile's name (default MODEL-DEVICE-DTYPE)")
     cmd.add_argument(
@@ -347,7 +351,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from simulator.cost_models.calibrated import CalibratedCostModel, fit_errors, fit_profile
 
     with ResultsStore.open(args.db) as store:
-        target = resolve_target(args.model, args.device, args.dtype, args.zoo_dir)
+        target = resolve_target(args.model, args.device, args.dtype, args.zoo_dir, args.kernels)
         bar = None if args.no_progress else _CalibrationBar()
         try:
             outcome = calibrate(

@@ -9,15 +9,20 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from workbench.errors import WorkbenchError, needs_real_extra
 from workbench.metrics import DEFAULT_PERCENTILES, SummaryValue, summarize
 from workbench.records import RunMeta, RunRecords
 from workbench.scenario.decoders import draft_field, draft_of, with_draft
 from workbench.scenario.scenario import Scenario
+from workbench.scenario.system import CalibratedCostConfig
 from workbench.store.db import ResultsStore
 from workbench.sweep import SweepPoint, expand, point_source
+
+if TYPE_CHECKING:
+    from real_backend.calibration.drift import DriftProbe, ProbeDrift
+    from workbench.store.profiles import Profile
 
 
 class Progress(Protocol):
@@ -121,10 +126,11 @@ def run_point(
     label: str | None = None,
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
     position: tuple[int, int] = (1, 1),
-    twin_of: str | None = None,
+    info: dict[str, str] | None = None,
 ) -> RunOutcome:
     """Run one point and store it whole; position: (index from 1, points in the sweep).
-    twin_of: the real run this simulated run reproduces (`--backend both`)."""
+    info: entries for the run's info (`--backend both`: `twin_of`, the real run this
+    simulated run reproduces, and `machine_drift`)."""
     scenario = point.scenario
     display = (
         progress(scenario.workload.num_requests, _progress_label(point, position))
@@ -140,8 +146,7 @@ def run_point(
     finished = time.time()
     records.info.setdefault("scheduler", scenario.scheduler.kind)  # selects summary metrics
     records.info.setdefault("decoder", scenario.decoder.kind)
-    if twin_of is not None:
-        records.info["twin_of"] = twin_of
+    records.info.update(info or {})
     meta = RunMeta(
         run_id=uuid.uuid4().hex[:12],
         scenario_name=scenario.name,
@@ -204,13 +209,18 @@ def run_twins(
             real, sim = twin_scenarios(point.scenario, store, profile)
             _preflight_point(sim, store)  # a bad profile fails before the real run
             position = (index, len(points))
+            drift = _drift_probe(sim, store)
+            before = _measure_drift(drift)
             real_run = run_point(
                 SweepPoint(point.values, real), store, progress=progress, label=label,
                 percentiles=percentiles, position=position,
             )  # fmt: skip
+            info = {"twin_of": real_run.run_id}
+            if drift is not None:
+                info["machine_drift"] = _drift_text(before, _measure_drift(drift))
             sim_run = run_point(
                 SweepPoint(point.values, sim), store, progress=progress, label=label,
-                percentiles=percentiles, position=position, twin_of=real_run.run_id,
+                percentiles=percentiles, position=position, info=info,
             )  # fmt: skip
         except WorkbenchError as error:
             raise error.with_source(point_source(source, point.values)) from None
@@ -243,9 +253,12 @@ def twin_scenarios(
         real = real.model_copy(
             update={"scheduler": real.scheduler.model_copy(update={"kv_cache": kv})}
         )
-    cost = calibrated_config_for(resolved, store, profile)
+    kernels = _run_kernels(real)
+    cost = calibrated_config_for(resolved, store, profile, kernels)
     if cost.profile is not None and not cost.allow_other_device:
-        _check_threads(store.find_profile(cost.profile).threads, store.path)
+        measured = store.find_profile(cost.profile)
+        _check_threads(measured.threads, store.path)
+        _check_kernels(measured, kernels, store.path)
     # The real run carries the twin's cost model too (the real backend reads none), so the
     # pair's configurations differ in their backend alone.
     real = real.model_copy(update={"cost_model": cost})
@@ -262,6 +275,66 @@ def _check_threads(profile_threads: int, source: str) -> None:
             f"the calibration profile was measured with {profile_threads} torch threads, this "
             f"run has {threads} (OMP_NUM_THREADS): calibrate with the threads the real run "
             "uses, or set cost_model.allow_other_device: true",
+            source=source,
+            field="cost_model.profile",
+        )
+
+
+def _drift_probe(sim: Scenario, store: ResultsStore) -> DriftProbe | None:
+    """The profile's drift probes: for a stored profile measured on this device (not a CSV,
+    nor one priced on another device), of a grid with drift probes, its checkpoint here."""
+    cost = sim.cost_model
+    if not isinstance(cost, CalibratedCostConfig) or cost.profile is None:
+        return None
+    if cost.allow_other_device:
+        return None
+    from real_backend.calibration.drift import DriftProbe
+
+    profile = store.find_profile(cost.profile)
+    return DriftProbe.of(profile, store.profile_points(profile.profile_id))
+
+
+def _measure_drift(drift: DriftProbe | None) -> list[ProbeDrift] | str:
+    """The drift probes' results, or why they could not run (they only inform the table: a
+    failure there must not orphan the real run)."""
+    if drift is None:
+        return []
+    try:
+        return drift.measure()
+    except Exception as e:  # recorded in the run's info, not hidden
+        return f"not measured ({type(e).__name__}: {e})"
+
+
+def _drift_text(before: list[ProbeDrift] | str, after: list[ProbeDrift] | str) -> str:
+    from real_backend.calibration.drift import drift_text
+
+    if isinstance(before, str) or isinstance(after, str):
+        return before if isinstance(before, str) else str(after)
+    return drift_text(before, after)
+
+
+def _run_kernels(real: Scenario) -> str:
+    """The kernel set the real run will use ("triton", "grouped" or "reference")."""
+    from kernels.dispatch import KernelUnavailable, select_kernels
+    from real_backend.serve import pick_device
+
+    try:
+        return select_kernels(real.model.kernels, pick_device(real.hardware.gpu)).name
+    except KernelUnavailable as e:
+        raise WorkbenchError(str(e), field="model.kernels") from None
+
+
+def _check_kernels(profile: Profile, kernels: str, source: str) -> None:
+    """A profile of other attention kernels prices another engine (the plain references pad
+    every row of a step to its longest, the grouped ones do not)."""
+    from real_backend.calibration.measure import kernels_of
+
+    measured = kernels_of(profile)
+    if measured != kernels:
+        raise WorkbenchError(
+            f"the calibration profile was measured with the {measured} kernels, this run "
+            f"uses the {kernels} ones: calibrate again (--kernels), or set model.kernels: "
+            f"{measured}, or cost_model.allow_other_device: true",
             source=source,
             field="cost_model.profile",
         )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.dispatch import select_kernels
+from kernels.dispatch import KernelChoice, KernelUnavailable, select_kernels
 from real_backend.calibration.grid import BLOCK_SIZE, Grid, Probe, get_grid
 from real_backend.calibration.probe_engine import ProfilingEngine, probe_points
 from real_backend.calibration.verify_probe import VerifyWidthProbe
@@ -46,6 +46,7 @@ class CalibrationTarget:
     folder: Path
     device: str  # cpu | cuda
     dtype: str
+    kernels: KernelChoice = "auto"
 
 
 @dataclass
@@ -56,7 +57,9 @@ class CalibrationOutcome:
     already_complete: bool = False
 
 
-def resolve_target(model: str, device: str, dtype: str, zoo_dir: str | None) -> CalibrationTarget:
+def resolve_target(
+    model: str, device: str, dtype: str, zoo_dir: str | None, kernels: KernelChoice = "auto"
+) -> CalibrationTarget:
     """The checkpoint of `model` (a zoo name or a checkpoint folder), checked for the device."""
     if model in SPECS:
         folder = resolve_zoo_model(model, "target", Path(zoo_dir).expanduser() if zoo_dir else None)
@@ -78,7 +81,11 @@ def resolve_target(model: str, device: str, dtype: str, zoo_dir: str | None) -> 
         raise WorkbenchError("--device cuda but this machine has no CUDA device", field="--device")
     if device not in ("cpu", "cuda"):
         raise WorkbenchError(f"device must be cpu or cuda, not {device!r}", field="--device")
-    return CalibrationTarget(model, folder.resolve(), device, dtype)
+    try:
+        select_kernels(kernels, device)
+    except (KernelUnavailable, ValueError) as e:
+        raise WorkbenchError(str(e), field="--kernels") from None
+    return CalibrationTarget(model, folder.resolve(), device, dtype, kernels)
 
 
 def calibrate(
@@ -103,12 +110,13 @@ def calibrate(
     runs = grid.runs()
     todo = [run for run in runs if run.name not in done]
     model = load_checkpoint(target.folder, DTYPES[target.dtype], target.device)
+    model.use_kernels(target.kernels)
     avoid = set(eos_token_ids(target.folder))
-    _serve_probe(model, grid.warmup, SEED, "warmup", avoid)  # thrown away
+    serve_probe(model, grid.warmup, SEED, "warmup", avoid)  # thrown away
     for index, run in enumerate(todo):
         if progress is not None:
             progress(len(done) + index, len(runs), run.name)
-        points = _serve_probe(model, run.probe, run.seed, run.name, avoid)
+        points = serve_probe(model, run.probe, run.seed, run.name, avoid)
         store.write_probe(profile.profile_id, points, last=index == len(todo) - 1)
     if progress is not None:
         progress(len(runs), len(runs), "")
@@ -144,17 +152,17 @@ def _resume_or_new(
 def _conditions(profile: Profile) -> tuple[object, ...]:
     # decode_attention: profiles begun before schema 9 recorded neither padding nor idle
     # time, so an interrupted one is not resumed with points that do
-    attention = profile.info.get("decode_attention")
+    attention, kernels = profile.info.get("decode_attention"), profile.info.get("kernels")
     return (
         profile.checkpoint, profile.device, profile.dtype, profile.threads, profile.grid,
-        attention,
+        attention, kernels,
     )  # fmt: skip
 
 
 def _new_profile(target: CalibrationTarget, grid: Grid, name: str, args: ModelArgs) -> Profile:
     from workbench.runner import git_sha, package_versions  # no backend import there
 
-    kernels = select_kernels("auto", target.device)  # what `load_checkpoint`'s model runs
+    kernels = select_kernels(target.kernels, target.device)
 
     return Profile(
         name=name,
@@ -177,6 +185,15 @@ def _new_profile(target: CalibrationTarget, grid: Grid, name: str, args: ModelAr
             "decode_attention": "padded" if kernels.pads_attention else "exact",
         },
     )
+
+
+def kernels_of(profile: Profile) -> str:
+    """The kernel set a profile measured; profiles begun before it was recorded ran the
+    default of their day: Triton on CUDA, the plain references elsewhere."""
+    recorded = profile.info.get("kernels")
+    if isinstance(recorded, str):
+        return recorded
+    return "triton" if profile.device == "cuda" else "reference"
 
 
 def model_shape(args: ModelArgs) -> dict[str, int]:
@@ -210,7 +227,7 @@ def _load_average() -> str:
         return "unknown"
 
 
-def _serve_probe(
+def serve_probe(
     model: Transformer, probe: Probe, seed: int, name: str, avoid: set[int]
 ) -> list[ProfilePoint]:
     """Serve the probe's workload on a fresh cache; its steps as profile points."""

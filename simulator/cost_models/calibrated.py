@@ -152,11 +152,11 @@ def load_profile(
 
 
 def calibrated_config_for(
-    scenario: Scenario, store: ResultsStore, ref: str | None
+    scenario: Scenario, store: ResultsStore, ref: str | None, kernels: str | None = None
 ) -> CalibratedCostConfig:
     """The calibrated cost model of a real scenario's simulated twin: profile `ref`, else the
     scenario's own calibrated model, else the latest complete profile of its model shape,
-    device and dtype in `store`."""
+    device and dtype in `store`, one measured with `kernels` (the run's) if there is one."""
     if ref is not None:
         return CalibratedCostConfig(kind="calibrated", profile=ref)
     if isinstance(scenario.cost_model, CalibratedCostConfig):
@@ -176,7 +176,8 @@ def calibrated_config_for(
             f"--dtype {dtype} --db {store.path}` first, or name a profile with --profile",
             field="cost_model",
         )
-    return CalibratedCostConfig(kind="calibrated", profile=matches[-1].profile_id)
+    same_kernels = [p for p in matches if p.info.get("kernels") == kernels]
+    return CalibratedCostConfig(kind="calibrated", profile=(same_kernels or matches)[-1].profile_id)
 
 
 def scenario_device(scenario: Scenario) -> str:

@@ -38,10 +38,12 @@ class ModelConfig(StrictModel):
     dtype: Literal["fp16", "bf16", "fp32", "fp8"] = Field(
         default="fp16", description="Weight and KV-cache dtype (sets bytes per element)."
     )
-    kernels: Literal["auto", "triton", "reference"] = Field(
+    kernels: Literal["auto", "triton", "grouped", "reference"] = Field(
         default="auto",
-        description="Real backend attention and KV-cache kernels: `auto` (Triton on CUDA, the "
-        "PyTorch references on CPU), `triton` or `reference` to force one.",
+        description="Real backend attention and KV-cache kernels: `auto` (Triton on CUDA, "
+        "`grouped` elsewhere), `triton`, `grouped` (the PyTorch references, attention run per "
+        "group of rows of like shape) or `reference` (the references as they are, every row "
+        "padded to the step's longest query and widest block table) to force one.",
     )
 
 

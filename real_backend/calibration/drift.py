@@ -1,0 +1,105 @@
+"""How far the machine has drifted since a profile was measured: two of its probes again.
+
+A simulated twin priced by a calibration profile can be no closer to its real run than the
+machine is to itself: on a shared CPU the same probe measured half an hour apart differs by
+10-30 %. So `--backend both` serves a decode probe and a mixed probe of the profile's grid
+again, right before and right after the real run, on the same checkpoint, device, dtype and
+kernels, and compares their median step time with the profile's first pass (the same
+workload). A twin error of the size of
+the drift is the machine's, not the model's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from real_backend.calibration.grid import Probe, get_grid
+from real_backend.calibration.measure import SEED, kernels_of, serve_probe
+from real_backend.model.config import ModelArgs
+from real_backend.model.loading import load_checkpoint
+from real_backend.serve import DTYPES, eos_token_ids
+from workbench.store.profiles import Profile, ProfilePoint
+
+__all__ = ["DRIFT_PROBES", "DriftProbe", "ProbeDrift", "drift_text"]
+
+# Per grid: a decode probe at a mid batch and a mixed probe (new prompts joining decodes):
+# the two step kinds most of a served run's time goes to, a few seconds each.
+DRIFT_PROBES = {"standard": ("decode-b8-p384", "mixed-b16"), "test": ("decode-b4-p48", "mixed-b4")}
+
+
+@dataclass(frozen=True)
+class ProbeDrift:
+    probe: str
+    profile_ms: float  # median step time over the profile's passes of the probe
+    now_ms: float  # median step time served now
+
+    @property
+    def change(self) -> float:
+        return self.now_ms / self.profile_ms - 1
+
+
+class DriftProbe:
+    """The profile's drift probes; `measure()` loads its model and serves them again."""
+
+    def __init__(self, profile: Profile, points: list[ProfilePoint]):
+        self.profile = profile
+        self.folder = Path(profile.checkpoint)
+        grid = get_grid(profile.grid, ModelArgs.from_folder(self.folder).context_tokens)
+        names = DRIFT_PROBES.get(profile.grid, ())
+        self.warmup = grid.warmup
+        # the first pass's points: the same seed, so the same workload, as served again
+        self.profile_ms = {
+            p.name: ms
+            for p in grid.probes
+            if p.name in names and (ms := _median_ms(points, f"{p.name}@1")) is not None
+        }
+        self.probes: list[Probe] = [p for p in grid.probes if p.name in self.profile_ms]
+
+    @classmethod
+    def of(cls, profile: Profile, points: list[ProfilePoint]) -> DriftProbe | None:
+        """None where nothing can be compared: another grid, a checkpoint no longer there,
+        or none of the probes in the profile."""
+        if (
+            profile.grid not in DRIFT_PROBES
+            or not (Path(profile.checkpoint) / "config.json").is_file()
+        ):
+            return None
+        drift = cls(profile, points)
+        return drift if drift.probes else None
+
+    def measure(self) -> list[ProbeDrift]:
+        """Loaded for the measurement only, so that the real run never shares the memory."""
+        model = load_checkpoint(self.folder, DTYPES[self.profile.dtype], self.profile.device)
+        model.use_kernels(kernels_of(self.profile))  # type: ignore[arg-type]
+        avoid = set(eos_token_ids(self.folder))
+        serve_probe(model, self.warmup, SEED, "warmup", avoid)  # thrown away
+        drifts = []
+        for probe in self.probes:
+            now = serve_probe(model, probe, 0, f"{probe.name}@drift", avoid)
+            if now:
+                drifts.append(ProbeDrift(probe.name, self.profile_ms[probe.name], _median_of(now)))
+        return drifts
+
+
+def _median_ms(points: list[ProfilePoint], probe_run: str) -> float | None:
+    mine = [p for p in points if p.probe == probe_run]
+    return _median_of(mine) if mine else None
+
+
+def _median_of(points: list[ProfilePoint]) -> float:
+    return float(np.median([p.step_s for p in points])) * 1e3
+
+
+def drift_text(before: list[ProbeDrift], after: list[ProbeDrift]) -> str:
+    """'decode-b8-p384 +3.1 % before the run, +18.0 % after; ...' (step time against the
+    profile's)."""
+    after_by = {d.probe: d for d in after}
+    parts = []
+    for d in before:
+        later = after_by.get(d.probe)
+        tail = f", {later.change:+.1%} after" if later is not None else ""
+        parts.append(f"{d.probe} {d.change:+.1%} before the run{tail}")
+    return "; ".join(parts)

@@ -1,0 +1,77 @@
+"""The grouped attention (the CPU default) equals the reference, group by group."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernel_helpers import TOLERANCES, random_paged_inputs  # noqa: E402
+
+from kernels.grouped_attention import CALL_COST, paged_tree_attention, row_groups  # noqa: E402
+from kernels.paged_attention import paged_tree_attention as reference  # noqa: E402
+
+# Decodes of short and long contexts, two prefill chunks, a row without new tokens.
+CONTEXTS = [3, 250, 31, 900, 0, 40, 17, 600, 120]
+NEW = [1, 1, 1, 1, 48, 7, 1, 1, 0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mask", ["causal", "chain", "tree"])
+def test_equals_the_reference_over_several_groups(mask, dtype):
+    gen = torch.Generator().manual_seed(len(mask))
+    inputs = random_paged_inputs(
+        gen, CONTEXTS, NEW, n_kv=2, group=8, head_dim=64, block_size=16,
+        dtype=dtype, mask=mask, device="cpu",
+    )  # fmt: skip
+    keys = [c + n for c, n in zip(CONTEXTS, NEW, strict=True)]
+    assert len(row_groups(NEW, keys, 16 * 64)) >= 3
+    out = paged_tree_attention(*inputs.args())
+    torch.testing.assert_close(out, reference(*inputs.args()), **TOLERANCES[dtype])
+    assert torch.all(out[NEW.index(0)] == 0) and torch.all(out[0, 1:] == 0)
+
+
+def test_a_prefill_chunk_does_not_pad_the_decodes():
+    news, keys = [256, 1, 1, 1], [256, 200, 190, 180]
+    assert row_groups(news, keys, 256) == [[0], [1, 2, 3]]
+
+
+def test_long_and_short_contexts_part_and_like_ones_stay():
+    keys = [2000, 1900, 100, 90, 80]
+    assert row_groups([1] * 5, keys, 256) == [[0, 1], [2, 3, 4]]
+    assert row_groups([1] * 5, [100] * 5, 256) == [[0, 1, 2, 3, 4]]
+
+
+def test_a_cut_must_save_more_than_a_call():
+    keys = [400, 10, 10, 10]  # padded 4x, but 1,170 keys x 64 is under CALL_COST
+    assert CALL_COST > 1170 * 64
+    assert row_groups([1] * 4, keys, 64) == [[0, 1, 2, 3]]
+    assert row_groups([1] * 4, keys, 4096) == [[0], [1, 2, 3]]
+
+
+def test_auto_on_cpu_runs_the_grouped_set():
+    from kernels.dispatch import select_kernels
+
+    kernels = select_kernels("auto", "cpu")
+    assert kernels.name == "grouped" and not kernels.pads_attention  # priced as exact
+    assert kernels.paged_tree_attention is paged_tree_attention
+
+
+def test_every_partition_gives_the_reference():
+    from kernels.grouped_attention import attend_in_groups
+
+    gen = torch.Generator().manual_seed(3)
+    inputs = random_paged_inputs(
+        gen, CONTEXTS, NEW, n_kv=2, group=2, head_dim=16, block_size=8,
+        dtype=torch.float32, mask="tree", device="cpu",
+    )  # fmt: skip
+    expected = reference(*inputs.args())
+    rows = list(range(len(NEW)))
+    for groups in ([[b] for b in rows], [rows[::2], rows[1::2]], [rows[::-1]]):
+        torch.testing.assert_close(attend_in_groups(groups, *inputs.args()), expected)
+
+
+def test_no_member_is_padded_past_the_slack_by_a_later_one():
+    # sorted by query first, a shorter query with far more keys must not widen the bin
+    assert row_groups([3, 2], [60, 2000], 256) == [[0], [1]]
+    assert row_groups([256, 200], [256, 3200], 256) == [[0], [1]]
