@@ -114,6 +114,7 @@ def reference_kernels() -> KernelSet:
 
 
 def grouped_kernels() -> KernelSet:
+    """The references, attention run per group of like rows (the CPU default)."""
     return dataclasses.replace(
         reference_kernels(),
         name="grouped",

@@ -3,6 +3,7 @@ profile over the designed grid (the small `test` grid), resumable, bad input in 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,16 @@ from workbench.cli import main
 from workbench.store import ResultsStore
 
 pytestmark = pytest.mark.slow  # serves the grid's probes on a real model (seconds each)
+
+
+def _interrupt_at(probe: str) -> Callable[[int, int, str], None]:
+    """A progress callback that stops the calibration as `probe` is about to start."""
+
+    def progress(done: int, total: int, name: str) -> None:
+        if name == probe:
+            raise KeyboardInterrupt
+
+    return progress
 
 
 def _calibrate_cli(db: Path, zoo: Path, *more: str) -> list[str]:
@@ -64,14 +75,9 @@ def test_an_interrupted_calibration_resumes_where_it_stopped(
 ) -> None:
     target = resolve_target("tiny", "cpu", "fp32", str(tiny_zoo))
     probes = [run.name for run in get_grid("test", 2048).runs()]
-
-    def stop_at_third(done: int, total: int, probe: str) -> None:
-        if probe == probes[2]:
-            raise KeyboardInterrupt
-
     with ResultsStore.open(tmp_path / "r.duckdb") as store:
         with pytest.raises(KeyboardInterrupt):
-            calibrate(target, store, grid_name="test", progress=stop_at_third)
+            calibrate(target, store, grid_name="test", progress=_interrupt_at(probes[2]))
         (partial,) = store.profiles()
         assert not partial.complete
         assert store.profile_probes_done(partial.profile_id) == set(probes[:2])
@@ -107,14 +113,9 @@ def test_cuda_without_a_gpu_gets_one_line(tiny_zoo: Path, tmp_path: Path, capsys
 def test_the_kernels_measured_are_the_ones_asked_for(tiny_zoo: Path, tmp_path: Path) -> None:
     target = resolve_target("tiny", "cpu", "fp32", str(tiny_zoo), "reference")
     probes = [run.name for run in get_grid("test", 2048).runs()]
-
-    def stop_after_first(done: int, total: int, probe: str) -> None:
-        if probe == probes[1]:
-            raise KeyboardInterrupt
-
     with ResultsStore.open(tmp_path / "k.duckdb") as store:
         with pytest.raises(KeyboardInterrupt):
-            calibrate(target, store, grid_name="test", progress=stop_after_first)
+            calibrate(target, store, grid_name="test", progress=_interrupt_at(probes[1]))
         (padded,) = store.profiles()
         assert padded.info["kernels"] == "reference"
         assert padded.info["decode_attention"] == "padded"

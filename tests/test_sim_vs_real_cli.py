@@ -120,20 +120,20 @@ def test_drift_text_compares_with_the_profile() -> None:
     assert drift_text(before, after) == (
         "decode-b8-p384 +5.0% before the run, +20.0% after; mixed-b16 -5.0% before the run"
     )
+    assert drift_text("not measured (OSError: gone)", after) == "not measured (OSError: gone)"
 
 
 def test_drift_is_not_measured_without_the_profiles_checkpoint_or_probes(tiny_zoo: Path) -> None:
     from calibration_helpers import profile
 
     from real_backend.calibration.drift import DriftProbe
-    from real_backend.calibration.measure import kernels_of
 
     gone = profile()  # its checkpoint, /zoo/tiny/target, is not on this machine
     assert DriftProbe.of(gone, []) is None
     here = profile()
     here.checkpoint = str(tiny_zoo / "tiny" / "target")
     assert DriftProbe.of(here, []) is None  # no points of the drift probes to compare with
-    assert kernels_of(here) == "reference"  # recorded before kernels were: that day's CPU set
+    assert here.kernels == "reference"  # recorded before kernels were: that day's CPU set
 
 
 def test_the_twin_prefers_a_profile_of_the_runs_kernels(tiny_zoo: Path, tmp_path: Path) -> None:

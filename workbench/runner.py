@@ -21,7 +21,7 @@ from workbench.store.db import ResultsStore
 from workbench.sweep import SweepPoint, expand, point_source
 
 if TYPE_CHECKING:
-    from real_backend.calibration.drift import DriftProbe, ProbeDrift
+    from real_backend.calibration.drift import DriftProbe
     from workbench.store.profiles import Profile
 
 
@@ -210,14 +210,14 @@ def run_twins(
             _preflight_point(sim, store)  # a bad profile fails before the real run
             position = (index, len(points))
             drift = _drift_probe(sim, store)
-            before = _measure_drift(drift)
+            before = drift.measure_or_why() if drift is not None else []
             real_run = run_point(
                 SweepPoint(point.values, real), store, progress=progress, label=label,
                 percentiles=percentiles, position=position,
             )  # fmt: skip
             info = {"twin_of": real_run.run_id}
             if drift is not None:
-                info["machine_drift"] = _drift_text(before, _measure_drift(drift))
+                info["machine_drift"] = drift.describe(before, drift.measure_or_why())
             sim_run = run_point(
                 SweepPoint(point.values, sim), store, progress=progress, label=label,
                 percentiles=percentiles, position=position, info=info,
@@ -294,25 +294,6 @@ def _drift_probe(sim: Scenario, store: ResultsStore) -> DriftProbe | None:
     return DriftProbe.of(profile, store.profile_points(profile.profile_id))
 
 
-def _measure_drift(drift: DriftProbe | None) -> list[ProbeDrift] | str:
-    """The drift probes' results, or why they could not run (they only inform the table: a
-    failure there must not orphan the real run)."""
-    if drift is None:
-        return []
-    try:
-        return drift.measure()
-    except Exception as e:  # recorded in the run's info, not hidden
-        return f"not measured ({type(e).__name__}: {e})"
-
-
-def _drift_text(before: list[ProbeDrift] | str, after: list[ProbeDrift] | str) -> str:
-    from real_backend.calibration.drift import drift_text
-
-    if isinstance(before, str) or isinstance(after, str):
-        return before if isinstance(before, str) else str(after)
-    return drift_text(before, after)
-
-
 def _run_kernels(real: Scenario) -> str:
     """The kernel set the real run will use ("triton", "grouped" or "reference")."""
     from kernels.dispatch import KernelUnavailable, select_kernels
@@ -327,9 +308,7 @@ def _run_kernels(real: Scenario) -> str:
 def _check_kernels(profile: Profile, kernels: str, source: str) -> None:
     """A profile of other attention kernels prices another engine (the plain references pad
     every row of a step to its longest, the grouped ones do not)."""
-    from real_backend.calibration.measure import kernels_of
-
-    measured = kernels_of(profile)
+    measured = profile.kernels
     if measured != kernels:
         raise WorkbenchError(
             f"the calibration profile was measured with the {measured} kernels, this run "

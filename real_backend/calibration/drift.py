@@ -5,8 +5,7 @@ machine is to itself: on a shared CPU the same probe measured half an hour apart
 10-30 %. So `--backend both` serves a decode probe and a mixed probe of the profile's grid
 again, right before and right after the real run, on the same checkpoint, device, dtype and
 kernels, and compares their median step time with the profile's first pass (the same
-workload). A twin error of the size of
-the drift is the machine's, not the model's.
+workload). A twin error of the size of the drift is the machine's, not the model's.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from real_backend.calibration.grid import Probe, get_grid
-from real_backend.calibration.measure import SEED, kernels_of, serve_probe
+from real_backend.calibration.measure import SEED, serve_probe
 from real_backend.model.config import ModelArgs
 from real_backend.model.loading import load_checkpoint
 from real_backend.serve import DTYPES, eos_token_ids
@@ -33,7 +32,7 @@ DRIFT_PROBES = {"standard": ("decode-b8-p384", "mixed-b16"), "test": ("decode-b4
 @dataclass(frozen=True)
 class ProbeDrift:
     probe: str
-    profile_ms: float  # median step time over the profile's passes of the probe
+    profile_ms: float  # median step time in the profile's first pass of the probe
     now_ms: float  # median step time served now
 
     @property
@@ -73,7 +72,7 @@ class DriftProbe:
     def measure(self) -> list[ProbeDrift]:
         """Loaded for the measurement only, so that the real run never shares the memory."""
         model = load_checkpoint(self.folder, DTYPES[self.profile.dtype], self.profile.device)
-        model.use_kernels(kernels_of(self.profile))  # type: ignore[arg-type]
+        model.use_kernels(self.profile.kernels)  # type: ignore[arg-type]
         avoid = set(eos_token_ids(self.folder))
         serve_probe(model, self.warmup, SEED, "warmup", avoid)  # thrown away
         drifts = []
@@ -82,6 +81,18 @@ class DriftProbe:
             if now:
                 drifts.append(ProbeDrift(probe.name, self.profile_ms[probe.name], _median_of(now)))
         return drifts
+
+    @staticmethod
+    def describe(before: list[ProbeDrift] | str, after: list[ProbeDrift] | str) -> str:
+        return drift_text(before, after)
+
+    def measure_or_why(self) -> list[ProbeDrift] | str:
+        """`measure()`, or why it failed: the probes only inform the error table, so a
+        failure there is recorded, never left to orphan a stored real run."""
+        try:
+            return self.measure()
+        except Exception as e:  # recorded in the run's info, not hidden
+            return f"not measured ({type(e).__name__}: {e})"
 
 
 def _median_ms(points: list[ProfilePoint], probe_run: str) -> float | None:
@@ -93,9 +104,11 @@ def _median_of(points: list[ProfilePoint]) -> float:
     return float(np.median([p.step_s for p in points])) * 1e3
 
 
-def drift_text(before: list[ProbeDrift], after: list[ProbeDrift]) -> str:
-    """'decode-b8-p384 +3.1 % before the run, +18.0 % after; ...' (step time against the
-    profile's)."""
+def drift_text(before: list[ProbeDrift] | str, after: list[ProbeDrift] | str) -> str:
+    """'decode-b8-p384 +3.1% before the run, +18.0% after; ...' (step time against the
+    profile's), or why the probes could not run."""
+    if isinstance(before, str) or isinstance(after, str):
+        return before if isinstance(before, str) else str(after)
     after_by = {d.probe: d for d in after}
     parts = []
     for d in before:

@@ -187,15 +187,6 @@ def _new_profile(target: CalibrationTarget, grid: Grid, name: str, args: ModelAr
     )
 
 
-def kernels_of(profile: Profile) -> str:
-    """The kernel set a profile measured; profiles begun before it was recorded ran the
-    default of their day: Triton on CUDA, the plain references elsewhere."""
-    recorded = profile.info.get("kernels")
-    if isinstance(recorded, str):
-        return recorded
-    return "triton" if profile.device == "cuda" else "reference"
-
-
 def model_shape(args: ModelArgs) -> dict[str, int]:
     """The shape in the simulator's model-spec terms (`simulator.catalogs.models.ModelSpec`)."""
     return {

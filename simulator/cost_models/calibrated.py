@@ -176,7 +176,7 @@ def calibrated_config_for(
             f"--dtype {dtype} --db {store.path}` first, or name a profile with --profile",
             field="cost_model",
         )
-    same_kernels = [p for p in matches if p.info.get("kernels") == kernels]
+    same_kernels = [p for p in matches if p.kernels == kernels]
     return CalibratedCostConfig(kind="calibrated", profile=(same_kernels or matches)[-1].profile_id)
 
 

@@ -105,6 +105,15 @@ class Profile:
     def complete(self) -> bool:
         return self.completed_at is not None
 
+    @property
+    def kernels(self) -> str:
+        """The kernel set measured; profiles begun before it was recorded ran the default of
+        their day: Triton on CUDA, the plain references elsewhere."""
+        recorded = self.info.get("kernels")
+        if isinstance(recorded, str):
+            return recorded
+        return "triton" if self.device == "cuda" else "reference"
+
     def describe(self) -> str:
         """One line: what was measured where."""
         return (
