@@ -3,7 +3,8 @@
 Re-simulates the twin of a stored real run (`workbench run FILE --backend both`) priced by
 its calibration profile as recorded, then by copies of that profile without one term each:
 marked `exact` (decode keys = the context sum, not batch × the longest context that the
-real backend's CPU attention pads to), and without its steps after idle (no wake curve).
+reference CPU attention pads to), without its steps' longest contexts (`no-spread`: no
+spread term, the context sum alone), and without its steps after idle (no wake curve).
 Prints each error table against the same real run.
 
     python benchmarks/sim_vs_real_terms.py --db fidelity.duckdb [--real RUN_ID]
@@ -31,7 +32,8 @@ def latest_real_run(store: ResultsStore) -> str:
 
 
 def variant(store: ResultsStore, profile: Profile, name: str) -> Profile:
-    """The profile without one term: `exact` (no padding) or `no-wake` (no steps after idle)."""
+    """The profile without one term: `exact` (no padding), `no-spread` (no longest contexts)
+    or `no-wake` (no steps after idle)."""
     full = f"{profile.name}-{name}"
     known = [p for p in store.profiles() if p.name == full and p.complete]
     if known:
@@ -43,6 +45,8 @@ def variant(store: ResultsStore, profile: Profile, name: str) -> Profile:
     points = store.profile_points(profile.profile_id)
     if name == "no-wake":
         points = [p for p in points if p.idle_before_s == 0.0]
+    if name == "no-spread":
+        points = [dataclasses.replace(p, decode_context_max=0) for p in points]
     store.add_profile(copy)
     store.write_probe(copy.profile_id, points, last=True)
     return copy
@@ -73,7 +77,8 @@ def main() -> None:
         assert isinstance(cost, CalibratedCostConfig)
         profile = store.find_profile(str(cost.profile))
         variants = [("as recorded", profile)]
-        variants += [(name, variant(store, profile, name)) for name in ("exact", "no-wake")]
+        names = ("exact", "no-spread", "no-wake")
+        variants += [(name, variant(store, profile, name)) for name in names]
         for label, priced_by in variants:
             sim_id = simulate_twin(store, real, priced_by, f"profile {label}")
             print(f"\n# {label}: {priced_by.describe()}")

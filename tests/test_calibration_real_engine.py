@@ -40,7 +40,7 @@ def test_calibrate_stores_every_probe_step_and_exports_csv(
     db, csv = tmp_path / "c.duckdb", tmp_path / "profile.csv"
     assert main(_calibrate_cli(db, tiny_zoo, "--csv", str(csv))) == 0
     out = capsys.readouterr().out
-    assert "profile 'tiny-cpu-fp32'" in out and "measured 7 probes" in out
+    assert "profile 'tiny-cpu-fp32'" in out and "measured 8 probes" in out
     assert "kind: calibrated, profile: tiny-cpu-fp32" in out and csv.is_file()
     with ResultsStore.open(db, read_only=True) as store:
         (profile,) = store.profiles()

@@ -1,6 +1,7 @@
 """Decode attention that pads every sequence to the batch's longest context (the real
 backend's reference kernel): the scheduler knows the longest context, profiles record it,
-and the calibrated cost model prices decodes by batch × longest where the engine pads."""
+and the calibrated cost model prices decodes by batch × longest where the engine pads, and
+a spread of contexts by a fitted, saturating term where it does not (`context_spread`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from simulator.cost_models.calibrated import (
     pads_decode_attention,
     step_work,
 )
+from simulator.cost_models.calibrated_fit import context_spread
 from workbench.scheduling.decode_set import DecodeSet
 from workbench.scheduling.sequence import Sequence
 from workbench.store import ResultsStore
@@ -60,9 +62,51 @@ def test_a_padded_profile_is_fitted_back_exactly_and_an_unpadded_fit_cannot() ->
     fitted = CalibratedCostModel(fit_profile(points, prof))
     predicted = np.array([fitted.step_time_s(step_work(p)) for p in points])
     np.testing.assert_allclose(predicted, seconds, rtol=1e-9)
-    by_sum = CalibratedCostModel(fit_profile(points, profile()))
-    errors = np.array([by_sum.step_time_s(step_work(p)) for p in points]) / seconds - 1
+    unpadded = CalibratedCostModel(fit_profile(points, profile()))  # the spread term saturates
+    errors = np.array([unpadded.step_time_s(step_work(p)) for p in points]) / seconds - 1
     assert np.abs(errors).max() > 0.05
+
+
+def spread_truth(s_decode: float) -> CalibratedCostModel:
+    """The exact truth with a spread of contexts priced `s_decode` per unit of G."""
+    fit = truth().fit
+    terms = fit.terms | {"s_decode": s_decode, "s_verify": 0.0}
+    return CalibratedCostModel(dataclasses.replace(fit, terms=terms))
+
+
+def test_the_spread_is_zero_for_equal_contexts_and_saturates_below_log2_of_the_batch() -> None:
+    def spread(batch: int, context_sum: int, context_max: int) -> float:
+        return float(context_spread(batch, np.array([context_sum]), np.array([context_max]))[0])
+
+    assert spread(8, 800, 100) == spread(8, 800, 0) == spread(1, 300, 300) == 0.0
+    assert spread(8, 800, 200) == pytest.approx(3 * 0.5)  # log2(8) · (1 − 800 / 1600)
+    assert spread(8, 800, 200) < spread(8, 800, 10_000) < 3.0
+    assert spread(16, 1600, 200) > spread(4, 400, 200)  # a bigger batch makes more groups
+
+
+def test_the_spread_term_is_fitted_back_and_is_zero_where_contexts_are_equal() -> None:
+    works = uneven_works()
+    seconds = [spread_truth(1e-3).step_time_s(w) for w in works]
+    fitted = fit_profile(points_of(works, seconds), profile())
+    assert fitted.terms["s_decode"] == pytest.approx(1e-3, rel=1e-6)
+    even = grid_works()  # every decode batch of equal contexts: nothing to price
+    even_seconds = [truth().step_time_s(w) for w in even]
+    assert fit_profile(points_of(even, even_seconds), profile()).terms["s_decode"] == 0.0
+
+
+@pytest.mark.parametrize("context_max", [0, 90, 300])
+def test_a_spread_priced_decode_span_equals_its_steps_bit_for_bit(context_max: int) -> None:
+    model = spread_truth(1e-3)
+    span = model.decode_span_s(3, 270, 40, context_max)
+    for i, value in enumerate(span):
+        work = StepWork(
+            decode_batch_size=3,
+            decode_context_sum=270 + i * 3,
+            decode_context_max=context_max + i if context_max else 0,
+        )
+        assert value == model.step_time_s(work)
+    if context_max > 90:  # longer than the mean: a spread, priced on top of the sum
+        assert span[0] > truth().decode_span_s(3, 270, 1, context_max)[0]
 
 
 def test_padding_prices_the_longest_context_and_never_less_than_the_sum() -> None:

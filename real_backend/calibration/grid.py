@@ -2,7 +2,9 @@
 
 Each probe is a small workload served by the real engine. Together they cover:
 - decode steps by batch size and total context (a batch of equal requests, all arriving at
-  once: one prefill, then decode steps whose context grows by the batch size each step);
+  once: one prefill, then decode steps whose context grows by the batch size each step),
+  and by the spread of contexts (a batch of prompts of uneven lengths: an attention kernel
+  that groups or pads by length costs more for it than for equal contexts of the same sum);
 - prefill steps by tokens (one request at a time), and chunks after cached context
   (chunked prefill of one long prompt);
 - mixed steps (a closed loop of clients: new prompts join running decodes), with and
@@ -110,6 +112,8 @@ def _standard() -> Grid:
             probes.append(
                 Probe(f"decode-b{batch}-p{prompt}", batch, (prompt,) * 2, (48, 48), batch)
             )
+    for batch in (4, 8, 16, 32):  # prompts of 16–640 tokens: the longest ~2× the mean
+        probes.append(Probe(f"decode-spread-b{batch}", batch, (16, 640), (48, 48), batch))
     for prompt in (16, 32, 64, 128, 256, 512, 1024, 2048):
         probes.append(Probe(f"prefill-p{prompt}", 4, (prompt,) * 2, (2, 2), 1))
     for chunk in (64, 256, 1024):
@@ -138,6 +142,7 @@ def _test() -> Grid:
     probes = (
         Probe("decode-b1-p16", 1, (16, 16), (12, 12), 1),
         Probe("decode-b4-p48", 4, (48, 48), (12, 12), 4),
+        Probe("decode-spread-b4", 4, (8, 96), (12, 12), 4),
         Probe("prefill-p32", 3, (32, 32), (2, 2), 1),
         Probe("prefill-p128", 3, (128, 128), (2, 2), 1),
         Probe("mixed-b4", 12, (8, 64), (4, 16), 4, 4),
@@ -145,7 +150,7 @@ def _test() -> Grid:
         _idle_probe(5, 3),
     )
     warmup = Probe("warmup", 2, (8, 16), (4, 4), 2)
-    return Grid("test", "seven small probes, for tests", probes, warmup)
+    return Grid("test", "eight small probes, for tests", probes, warmup)
 
 
 GRIDS = {grid.name: grid for grid in (_standard(), _test())}

@@ -75,8 +75,7 @@ class SplitCostModel(CostModel):
         if not work.prefill_chunk_tokens and not work.decode_extra_tokens:
             sums = np.array([float(work.decode_context_sum)])
             maxes = np.array([float(work.decode_context_max)])
-            keys = self._decode_keys(work.decode_batch_size, sums, maxes)
-            return float(self._decode_times_s(work.decode_batch_size, keys)[0])
+            return float(self._decode_times_s(work.decode_batch_size, sums, maxes)[0])
         return self._mixed_time_s(work)
 
     def decode_span_s(
@@ -85,18 +84,14 @@ class SplitCostModel(CostModel):
         steps = np.arange(n_steps, dtype=np.int64)
         sums = (context_sum + steps * batch_size).astype(np.float64)  # (n_steps,)
         maxes = (context_max + steps if context_max else 0 * steps).astype(np.float64)
-        return self._decode_times_s(batch_size, self._decode_keys(batch_size, sums, maxes))
-
-    def _decode_keys(
-        self, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
-    ) -> np.ndarray:
-        """The keys a decode-only step's attention reads, by which it is priced: the context
-        sum, unless the modelled engine pads (elementwise, like `_decode_times_s`)."""
-        return context_sums
+        return self._decode_times_s(batch_size, sums, maxes)
 
     @abstractmethod
-    def _decode_times_s(self, batch_size: int, context_sums: np.ndarray) -> np.ndarray:
-        """Durations of decode-only steps, one per count of keys read (elementwise arithmetic)."""
+    def _decode_times_s(
+        self, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
+    ) -> np.ndarray:
+        """Durations of decode-only steps, one per (context sum, longest context) pair, the
+        longest 0 where not known (elementwise arithmetic only)."""
 
     @abstractmethod
     def _mixed_time_s(self, work: StepWork) -> float:

@@ -59,7 +59,8 @@ def fit_profile(points: list[ProfilePoint], profile: Profile | None = None) -> S
     works = [step_work(p) for p in points]
     padded = profile is not None and pads_decode_attention(profile)
     seconds, idle = [p.step_s for p in points], [p.idle_before_s for p in points]
-    return fit_step_costs(works, seconds, padded_decode=padded, idle_s=idle)
+    runs = [p.probe for p in points]
+    return fit_step_costs(works, seconds, padded_decode=padded, idle_s=idle, runs=runs)
 
 
 def pads_decode_attention(profile: Profile) -> bool:
@@ -77,26 +78,22 @@ class CalibratedCostModel(SplitCostModel):
     def wake_s(self, idle_s: float) -> float:
         return self.fit.wake_s(idle_s)
 
-    def _decode_keys(
+    def _decode_times_s(
         self, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
     ) -> np.ndarray:
-        if not self.fit.padded_decode:
-            return context_sums
-        return np.maximum(context_sums, float(batch_size) * context_maxes)
-
-    def _decode_times_s(self, batch_size: int, context_sums: np.ndarray) -> np.ndarray:
         base = float(self.fit.curves["decode"](float(batch_size))[0])
-        return base + self._terms["a_decode"] * context_sums
+        return base + self.fit.context_s("decode", batch_size, context_sums, context_maxes)
 
     def _mixed_time_s(self, work: StepWork) -> float:
         seconds = 0.0
         if work.decode_batch_size:
             curve = "verify" if work.decode_extra_tokens else "decode"
             tokens = work.decode_batch_size + work.decode_extra_tokens
-            keys = self.fit.decode_keys(work)
-            seconds += (
-                float(self._curve(curve)(float(tokens))[0]) + self._terms[f"a_{curve}"] * keys
-            )
+            sums = np.array([float(work.decode_context_sum)])
+            maxes = np.array([float(work.decode_context_max)])
+            context = self.fit.context_s(curve, work.decode_batch_size, sums, maxes)[0]
+            seconds += float(self._curve(curve)(float(tokens))[0]) + float(context)
+            seconds += self._terms[f"a_{curve}"] * work.decode_extra_context_sum
         if work.prefill_chunk_tokens:
             seconds += float(self._curve("prefill")(float(sum(work.prefill_chunk_tokens)))[0])
             seconds += self._terms["a_prefill"] * prefill_keys(work)

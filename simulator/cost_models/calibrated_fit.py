@@ -5,14 +5,25 @@ forward over the decoding sequences (their verification chains for a multi-token
 and prefill forwards for the prompt chunks. Each part is a curve over its token count plus
 a cost per attention key:
 
-    decode   h_decode(B) + a_decode · S
-    verify   h_verify(B + X) + a_verify · (S + S_x)
+    decode   h_decode(B) + a_decode · S + s_decode · G
+    verify   h_verify(B + X) + a_verify · (S + S_x) + s_verify · G
     prefill  h_prefill(N) + a_prefill · K + c_chunk · (chunks − 1)
     mixed    the decode (or verify) part + the prefill part + m_mixed
     + h_wake(I) for a step the engine slept I ms before (0 for a step right after another)
 
-B decoding sequences whose KV lengths sum to S (B × the longest where the engine's decode
-attention pads every sequence to the longest, as the reference kernel does); X extra
+B decoding sequences whose KV lengths sum to S, the longest L. An engine whose decode
+attention pads every sequence to the longest (the reference kernel, `padded_decode`) is
+priced a per padded key (S counted as B · L) and has no s term. One that reads each
+sequence's own keys (Triton's, the grouped CPU attention) may still pay for a spread of
+contexts: the grouped attention makes one call per group of like contexts and pads inside a
+group, so a batch of uneven contexts costs more than one of equal contexts with the same
+sum (measured on CPU, `benchmarks/decode_spread.py`: up to 1.47×, some 2–5 ms a step from 8
+sequences on). That extra grows with the spread and with the batch's size, and saturates:
+one long outlier makes a group of its own, not a step as long as it. G = log2(B) ·
+(1 − S / (B · L)) is its proxy (0 for equal contexts or one sequence; below log2(B)), s its
+price per step; 0 where the profile saw no spread. The number of groups is what the
+simulator cannot know: it tracks a decode set's context sum and longest, not every context.
+X extra
 tokens computed for them (drafts, windows) attending to S_x keys; N prompt tokens in the
 chunks, attending to K keys (a chunk of c tokens after p cached ones: c·p + c(c+1)/2,
 causal); m_mixed the per-step work a mixed step does once and the two parts would count
@@ -39,6 +50,7 @@ squares.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -51,6 +63,10 @@ OUTLIER_RATIO = 3.0  # measured / predicted above this: a stall, not the step's 
 MIN_REFITS = 3  # reweighted by the prediction; then on while stalls are still found
 MAX_REFITS = 10
 TRIM_SHARE = 0.02  # at most this share of the points dropped per refit, the slowest first
+# A probe's pass whose steps ran this much slower (or faster) against the fit than the
+# probe's median pass: a spell of the machine (measured on a shared 2-vCPU VM: whole passes
+# of a probe 1.4-2x slow), not the step's cost. Dropped when the probe has 3 passes or more.
+SPELL_RATIO = 1.25
 
 
 @dataclass(frozen=True)
@@ -84,10 +100,28 @@ class StepCostFit:
             return 0.0
         return float(curve(_wake_x(idle_s, curve.knots))[0]) * _wake_share(idle_s, curve.knots)
 
-    def decode_keys(self, work: StepWork) -> int:
-        """The keys the decode (or verify) part of `work` is priced by."""
-        padded = work.padded_decode_keys if self.padded_decode else work.decode_context_sum
-        return padded + work.decode_extra_context_sum
+    def context_s(
+        self, curve: str, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
+    ) -> np.ndarray:
+        """The decode (or verify) part's cost of its sequences' contexts (elementwise: a
+        decode span and its single steps agree bit for bit)."""
+        if self.padded_decode:
+            return self.terms[f"a_{curve}"] * padded_keys(batch_size, context_sums, context_maxes)
+        spread = context_spread(batch_size, context_sums, context_maxes)
+        return self.terms[f"a_{curve}"] * context_sums + self.terms.get(f"s_{curve}", 0.0) * spread
+
+
+def padded_keys(batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray) -> np.ndarray:
+    """B · L: the keys a decode attention padding to the longest reads (S where L is unknown)."""
+    return np.maximum(context_sums, float(batch_size) * context_maxes)
+
+
+def context_spread(
+    batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
+) -> np.ndarray:
+    """G = log2(B) · (1 − S / (B · L)), elementwise (+ − × ÷ only past the batch's log)."""
+    padded = padded_keys(batch_size, context_sums, context_maxes)
+    return math.log2(max(batch_size, 1)) * ((padded - context_sums) / np.maximum(padded, 1.0))
 
 
 def work_kind(work: StepWork) -> str:
@@ -127,7 +161,7 @@ class _Columns:
         for name, k in knots.items():
             offsets[name], column = column, column + len(k)
         terms = {}
-        for name in _terms_needed(kinds):
+        for name in _terms_needed(kinds, padded_decode):
             terms[name], column = column, column + 1
         return cls(knots, offsets, terms, column, padded_decode)
 
@@ -143,8 +177,11 @@ def _curves_needed(kinds: set[str]) -> list[str]:
     return curves
 
 
-def _terms_needed(kinds: set[str]) -> list[str]:
-    terms = [f"a_{name}" for name in _curves_needed(kinds)]
+def _terms_needed(kinds: set[str], padded_decode: bool) -> list[str]:
+    curves = _curves_needed(kinds)
+    terms = [f"a_{name}" for name in curves]
+    if not padded_decode:
+        terms += [f"s_{name}" for name in curves if name != "prefill"]
     if kinds & {"prefill", "mixed"}:
         terms.append("c_chunk")
     if "mixed" in kinds:
@@ -224,14 +261,22 @@ def _fill_row(row: np.ndarray, work: StepWork, columns: _Columns) -> None:
         curve = _decode_curve(work)
         tokens = work.decode_batch_size + work.decode_extra_tokens
         _curve_into(row, columns, curve, tokens)
-        padded = work.padded_decode_keys if columns.padded_decode else work.decode_context_sum
-        row[columns.terms[f"a_{curve}"]] += padded + work.decode_extra_context_sum
+        keys = work.padded_decode_keys if columns.padded_decode else work.decode_context_sum
+        row[columns.terms[f"a_{curve}"]] += keys + work.decode_extra_context_sum
+        if not columns.padded_decode:
+            sums, maxes = _one(work.decode_context_sum), _one(work.decode_context_max)
+            spread = context_spread(work.decode_batch_size, sums, maxes)[0]
+            row[columns.terms[f"s_{curve}"]] += spread
     if work.prefill_chunk_tokens:
         _curve_into(row, columns, "prefill", sum(work.prefill_chunk_tokens))
         row[columns.terms["a_prefill"]] += prefill_keys(work)
         row[columns.terms["c_chunk"]] += len(work.prefill_chunk_tokens) - 1
         if work.decode_batch_size:
             row[columns.terms["m_mixed"]] += 1.0
+
+
+def _one(value: float) -> np.ndarray:
+    return np.array([float(value)])
 
 
 def _curve_into(row: np.ndarray, columns: _Columns, curve: str, tokens: float) -> None:
@@ -254,10 +299,12 @@ def fit_step_costs(
     *,
     padded_decode: bool = False,
     idle_s: Iterable[float] | None = None,
+    runs: list[str] | None = None,
 ) -> StepCostFit:
     """Fit the model to measured steps (`works[i]` took `seconds[i]`, after the engine slept
     `idle_s[i]`, 0: right after another step); `padded_decode`: the engine's decode attention
-    reads every sequence as long as the batch's longest."""
+    reads every sequence as long as the batch's longest; `runs[i]`: the probe run the step
+    was measured in (`name@pass`), to drop a pass that ran in a spell of the machine."""
     measured = np.asarray(list(seconds), dtype=np.float64)  # (n,)
     if len(works) != len(measured) or not len(works):
         raise ValueError("one measured duration per step, at least one step")
@@ -275,8 +322,29 @@ def fit_step_costs(
         if not len(worst) and refit >= MIN_REFITS:
             break
         kept[worst] = False
+        if refit == 0 and runs is not None:
+            kept &= ~_spells(runs, slow, kept)
         params = _solve(design[kept], measured[kept], predicted[kept], columns)
     return _as_fit(params, columns, int(kept.sum()), int(len(works) - kept.sum()), kinds)
+
+
+def _spells(runs: list[str], slow: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """The points of every probe pass whose median measured / predicted is off its probe's
+    median pass by more than SPELL_RATIO (probes of three passes or more)."""
+    passes: dict[str, dict[str, list[int]]] = {}
+    for index in np.flatnonzero(kept):
+        run = runs[index]
+        passes.setdefault(run.split("@")[0], {}).setdefault(run, []).append(int(index))
+    dropped = np.zeros(len(runs), dtype=bool)
+    for by_pass in passes.values():
+        if len(by_pass) < 3:
+            continue
+        medians = {run: float(np.median(slow[rows])) for run, rows in by_pass.items()}
+        middle = float(np.median(list(medians.values())))
+        for run, median in medians.items():
+            if max(median / middle, middle / median) > SPELL_RATIO:
+                dropped[by_pass[run]] = True
+    return dropped
 
 
 def _solve(

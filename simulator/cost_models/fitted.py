@@ -64,8 +64,11 @@ class FittedCostModel(SplitCostModel):
 
     # ---------------------------------------------------------------- the two step shapes
 
-    def _decode_times_s(self, batch_size: int, context_sums: np.ndarray) -> np.ndarray:
-        """Decode-only steps, one per context sum: the only path for them, elementwise
+    def _decode_times_s(
+        self, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
+    ) -> np.ndarray:
+        """Decode-only steps, one per context sum (each sequence's own keys read: the
+        longest context does not matter): the only path for them, elementwise
         + × ÷ only, so `step_time_s` and `decode_span_s` agree bit for bit."""
         if batch_size == 0:
             return np.full(context_sums.shape, self._overhead_s)

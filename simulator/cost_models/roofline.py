@@ -66,8 +66,11 @@ class RooflineCostModel(SplitCostModel):
 
     # ---------------------------------------------------------------- the two step shapes
 
-    def _decode_times_s(self, batch_size: int, context_sums: np.ndarray) -> np.ndarray:
-        """Decode-only steps, one per context sum. The only path for decode-only steps, so
+    def _decode_times_s(
+        self, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
+    ) -> np.ndarray:
+        """Decode-only steps, one per context sum (each sequence's own keys read: the
+        longest context does not matter). The only path for decode-only steps, so
         `step_time_s` and `decode_span_s` agree bit for bit: elementwise + − × ÷ and
         np.maximum only, whose rounding cannot depend on the array's length."""
         if batch_size == 0:

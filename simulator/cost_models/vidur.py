@@ -83,8 +83,11 @@ class VidurProfileCostModel(SplitCostModel):
 
     # ---------------------------------------------------------------- the two step shapes
 
-    def _decode_times_s(self, batch_size: int, context_sums: np.ndarray) -> np.ndarray:
-        """Decode-only steps, one per context sum: the only path for them, elementwise ops
+    def _decode_times_s(
+        self, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
+    ) -> np.ndarray:
+        """Decode-only steps, one per context sum (Vidur prices the mean context: the
+        longest does not matter): the only path for them, elementwise ops
         only, so `step_time_s` and `decode_span_s` agree bit for bit."""
         if batch_size == 0:
             return np.full(context_sums.shape, self._overhead_ms / 1000.0)

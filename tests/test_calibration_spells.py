@@ -1,0 +1,48 @@
+"""A probe pass measured in a slow spell of the machine is left out of the fit."""
+
+from __future__ import annotations
+
+import numpy as np
+from calibration_helpers import grid_works, points_of, profile, truth
+
+from simulator.cost_models.calibrated import CalibratedCostModel, fit_profile, step_work
+from simulator.cost_models.calibrated_fit import SPELL_RATIO
+from workbench.store.profiles import ProfilePoint
+
+
+def three_passes(spell: float, spell_probe: str = "b@2") -> list[ProfilePoint]:
+    """The grid's steps as two probes (`a`, `b`) in three passes each, every step of
+    `spell_probe` measured `spell` times slower than the truth."""
+    works = grid_works()
+    halves = {"a": works[::2], "b": works[1::2]}
+    points = []
+    for index in (1, 2, 3):
+        for name, part in halves.items():
+            run = f"{name}@{index}"
+            slow = spell if run == spell_probe else 1.0
+            points += points_of(part, [slow * truth().step_time_s(w) for w in part], run)
+    return points
+
+
+def max_error(points: list[ProfilePoint]) -> float:
+    fitted = CalibratedCostModel(fit_profile(points, profile()))
+    clean = three_passes(1.0)
+    predicted = np.array([fitted.step_time_s(step_work(p)) for p in clean])
+    return float(np.abs(predicted / np.array([p.step_s for p in clean]) - 1).max())
+
+
+def test_a_pass_run_in_a_slow_spell_is_dropped_and_the_truth_fitted_back() -> None:
+    assert max_error(three_passes(1.0)) < 1e-6
+    assert max_error(three_passes(1.8)) < 1e-6
+
+
+def test_a_pass_within_the_spell_ratio_stays_in() -> None:
+    points = three_passes(1.1)
+    assert SPELL_RATIO > 1.1
+    fit = fit_profile(points, profile())
+    assert fit.points_dropped == 0 and max_error(points) > 0.01
+
+
+def test_probes_of_fewer_than_three_passes_are_never_judged() -> None:
+    points = [p for p in three_passes(1.8) if not p.probe.endswith("@3")]
+    assert fit_profile(points, profile()).points_dropped == 0
