@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+import pytest
 from calibration_helpers import grid_works, points_of, profile, truth
 
 from simulator.cost_models.calibrated import CalibratedCostModel, fit_profile, step_work
@@ -46,3 +49,16 @@ def test_a_pass_within_the_spell_ratio_stays_in() -> None:
 def test_probes_of_fewer_than_three_passes_are_never_judged() -> None:
     points = [p for p in three_passes(1.8) if not p.probe.endswith("@3")]
     assert fit_profile(points, profile()).points_dropped == 0
+
+
+def test_calibrate_says_what_it_left_out_and_the_price_of_uneven_contexts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from workbench.cli import _print_fit_terms
+
+    fit = fit_profile(three_passes(1.8), profile())
+    fit = dataclasses.replace(fit, terms=fit.terms | {"s_decode": 1.5e-3})
+    _print_fit_terms(CalibratedCostModel(fit))
+    out = capsys.readouterr().out
+    assert f"left out of the fit: {fit.points_dropped} steps" in out and fit.points_dropped
+    assert "uneven decode contexts: +1.50 ms a step" in out

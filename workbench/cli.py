@@ -9,11 +9,14 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from workbench.errors import WorkbenchError, needs_real_extra
+
+if TYPE_CHECKING:
+    from simulator.cost_models.calibrated import CalibratedCostModel
 
 DEFAULT_DB = "workbench.duckdb"
 
@@ -375,6 +378,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                 f"  {kind:<8} {n:>6} steps  median {100 * median:5.1f}%  p90 {100 * p90:5.1f}%"
                 f"  sum {100 * (total - 1):+5.1f}%"
             )
+        _print_fit_terms(model)
         if "wake" in model.fit.curves:
             knots = model.fit.curves["wake"].knots
             wakes = ", ".join(f"{k:g} ms +{1e3 * model.wake_s(k / 1e3):.2f} ms" for k in knots)
@@ -383,6 +387,18 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         if args.csv:
             print(f"csv: {store.export_profile_csv(profile.profile_id, Path(args.csv))}")
     return 0
+
+
+def _print_fit_terms(model: CalibratedCostModel) -> None:
+    """What the fit left out, and the price of uneven decode contexts where it found one."""
+    fit = model.fit
+    if fit.points_dropped:
+        print(f"  left out of the fit: {fit.points_dropped} steps (stalls, and probe passes "
+              "run in a slow spell of the machine)")  # fmt: skip
+    spread = fit.terms.get("s_decode", 0.0)
+    if spread:
+        print(f"  uneven decode contexts: +{1e3 * spread:.2f} ms a step per unit of "
+              "log2(batch) · (1 − mean / longest context)")  # fmt: skip
 
 
 class _CalibrationBar:
