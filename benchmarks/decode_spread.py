@@ -1,5 +1,5 @@
 """Decode steps of uneven contexts against equal ones of the same sum: what the calibrated cost
-model's spread term prices (`s_decode` · log2(batch) · (1 − sum / (batch × longest)),
+model's spread term prices (`s_decode(batch)` · (1 − sum / (batch × longest)),
 `calibrated_fit`).
 
 Opt-in. Whole decode steps of a checkpoint with the chosen kernels; per batch size, one batch of
@@ -96,9 +96,9 @@ def profile_models(db: Path, ref: str | None) -> dict[str, CalibratedCostModel]:
         points = store.profile_points(profile.profile_id)
     print(f"priced by {profile.describe()}")
     fit = fit_profile(points, profile)
-    terms = fit.terms | {"s_decode": 0.0}
+    curves = {name: c for name, c in fit.curves.items() if not name.startswith("spread_")}
     return {"spread": CalibratedCostModel(fit), "sum": CalibratedCostModel(
-        dataclasses.replace(fit, terms=terms))}  # fmt: skip
+        dataclasses.replace(fit, curves=curves))}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -83,6 +83,7 @@ class SimReplica:
         self._generation = 0  # invalidates superseded timers
         self._start_at: float | None = None  # a pending start timer's time
         self._idle_s = 0.0  # how long the replica sat idle before the span it starts next
+        self._prefilled = False  # whether the last committed step prefilled
 
     # ------------------------------------------------------------------ arrivals
 
@@ -125,10 +126,7 @@ class SimReplica:
         self._release_drafts(plan.preempted)
         steps = 1 if self.pipeline else min(plan.repeatable_steps, self.max_span_steps)
         durations = self._durations(plan, steps)  # (steps,)
-        idle_s, self._idle_s = self._idle_s, 0.0
-        if idle_s > 0.0 and self.pipeline is None:  # the first step wakes an idle engine
-            # (a virtual engine of a pipeline shares stages its siblings may have kept busy)
-            durations[0] += self.cost_model.wake_s(idle_s)
+        self._cold_start(plan, durations)
         self._plan = plan
         if self.pipeline is not None:
             tokens = plan.prefill_tokens + (
@@ -139,6 +137,18 @@ class SimReplica:
             self._ends = np.add.accumulate(np.concatenate(([self.clock_s], durations)))[1:]
         self._steps = self._steps_before(plan.replan_at_s, steps)
         self._arm(self._ends[self._steps - 1])
+
+    def _cold_start(self, plan: StepPlan, durations: np.ndarray) -> None:
+        """What the span's first step pays for what came before it: waking an idle engine,
+        following a prefill. Not for a virtual engine of a pipeline: it shares stages its
+        siblings may have kept busy."""
+        idle_s, self._idle_s = self._idle_s, 0.0
+        prefilled, self._prefilled = self._prefilled, bool(plan.prefills)
+        if self.pipeline is not None:
+            return
+        durations[0] += self.cost_model.wake_s(idle_s) if idle_s > 0.0 else 0.0
+        if prefilled and not plan.prefills and plan.decode_batch_size:
+            durations[0] += self.cost_model.after_prefill_s()
 
     def _steps_before(self, replan_at_s: float | None, steps: int) -> int:
         """The span's steps up to the last one starting before `replan_at_s`: step j + 1

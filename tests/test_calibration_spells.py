@@ -9,7 +9,7 @@ import pytest
 from calibration_helpers import grid_works, points_of, profile, truth
 
 from simulator.cost_models.calibrated import CalibratedCostModel, fit_profile, step_work
-from simulator.cost_models.calibrated_fit import SPELL_RATIO
+from simulator.cost_models.calibrated_fit import SPELL_RATIO, Curve
 from workbench.store.profiles import ProfilePoint
 
 
@@ -57,8 +57,12 @@ def test_calibrate_says_what_it_left_out_and_the_price_of_uneven_contexts(
     from workbench.cli import _print_fit_terms
 
     fit = fit_profile(three_passes(1.8), profile())
-    fit = dataclasses.replace(fit, terms=fit.terms | {"s_decode": 1.5e-3})
+    spread = Curve(np.array([2.0, 8.0]), np.array([0.5e-3, 1.5e-3]))
+    fit = dataclasses.replace(
+        fit, curves=fit.curves | {"spread_decode": spread}, terms=fit.terms | {"t_after": 4e-4}
+    )
     _print_fit_terms(CalibratedCostModel(fit))
     out = capsys.readouterr().out
     assert f"left out of the fit: {fit.points_dropped} steps" in out and fit.points_dropped
-    assert "uneven decode contexts: +1.50 ms a step" in out
+    assert "longest context): 2 +0.50 ms, 8 +1.50 ms" in out
+    assert "a decode step right after a prefill: +0.40 ms" in out

@@ -1,7 +1,7 @@
 """Decode attention that pads every sequence to the batch's longest context (the real
 backend's reference kernel): the scheduler knows the longest context, profiles record it,
 and the calibrated cost model prices decodes by batch × longest where the engine pads, and
-a spread of contexts by a fitted, saturating term where it does not (`context_spread`)."""
+a spread of contexts by a fitted price per batch size where it does not (`spread_share`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from simulator.cost_models.calibrated import (
     pads_decode_attention,
     step_work,
 )
-from simulator.cost_models.calibrated_fit import context_spread
+from simulator.cost_models.calibrated_fit import Curve, spread_share
 from workbench.scheduling.decode_set import DecodeSet
 from workbench.scheduling.sequence import Sequence
 from workbench.store import ResultsStore
@@ -67,36 +67,57 @@ def test_a_padded_profile_is_fitted_back_exactly_and_an_unpadded_fit_cannot() ->
     assert np.abs(errors).max() > 0.05
 
 
-def spread_truth(s_decode: float) -> CalibratedCostModel:
-    """The exact truth with a spread of contexts priced `s_decode` per unit of G."""
+# s(B): a full spread's price by batch size, rising fastest where groups start to be cut.
+SPREAD = Curve(np.array([2.0, 4.0, 8.0, 16.0]), 1e-3 * np.array([0.4, 0.6, 2.0, 3.0]))
+
+
+def spread_truth(scale: float = 1.0) -> CalibratedCostModel:
+    """The exact truth with a spread of contexts priced `scale` × SPREAD."""
     fit = truth().fit
-    terms = fit.terms | {"s_decode": s_decode, "s_verify": 0.0}
-    return CalibratedCostModel(dataclasses.replace(fit, terms=terms))
+    curve = Curve(SPREAD.knots, scale * SPREAD.values)
+    return CalibratedCostModel(
+        dataclasses.replace(fit, curves=fit.curves | {"spread_decode": curve})
+    )
 
 
-def test_the_spread_is_zero_for_equal_contexts_and_saturates_below_log2_of_the_batch() -> None:
+def test_the_spread_is_zero_for_equal_contexts_and_below_one() -> None:
     def spread(batch: int, context_sum: int, context_max: int) -> float:
-        return float(context_spread(batch, np.array([context_sum]), np.array([context_max]))[0])
+        return float(spread_share(batch, np.array([context_sum]), np.array([context_max]))[0])
 
     assert spread(8, 800, 100) == spread(8, 800, 0) == spread(1, 300, 300) == 0.0
-    assert spread(8, 800, 200) == pytest.approx(3 * 0.5)  # log2(8) · (1 − 800 / 1600)
-    assert spread(8, 800, 200) < spread(8, 800, 10_000) < 3.0
-    assert spread(16, 1600, 200) > spread(4, 400, 200)  # a bigger batch makes more groups
+    assert spread(8, 800, 200) == pytest.approx(0.5)  # 1 − 800 / 1600
+    assert spread(8, 800, 200) < spread(8, 800, 10_000) < 1.0
 
 
-def test_the_spread_term_is_fitted_back_and_is_zero_where_contexts_are_equal() -> None:
+def test_the_spread_price_is_fitted_back_by_batch_and_held_past_the_largest_measured() -> None:
     works = uneven_works()
-    seconds = [spread_truth(1e-3).step_time_s(w) for w in works]
+    seconds = [spread_truth().step_time_s(w) for w in works]
     fitted = fit_profile(points_of(works, seconds), profile())
-    assert fitted.terms["s_decode"] == pytest.approx(1e-3, rel=1e-6)
+    for batch in (2, 3, 4, 6, 8, 12, 16):
+        assert fitted.spread_s("decode", batch) == pytest.approx(
+            spread_truth().fit.spread_s("decode", batch), rel=1e-6
+        )
+    assert fitted.spread_s("decode", 64) == fitted.spread_s("decode", 16)  # not extrapolated
     even = grid_works()  # every decode batch of equal contexts: nothing to price
     even_seconds = [truth().step_time_s(w) for w in even]
-    assert fit_profile(points_of(even, even_seconds), profile()).terms["s_decode"] == 0.0
+    assert "spread_decode" not in fit_profile(points_of(even, even_seconds), profile()).curves
+
+
+def test_a_slight_spread_is_priced_but_places_no_knot() -> None:
+    works = [
+        dataclasses.replace(w, decode_context_max=w.decode_context_sum // w.decode_batch_size + 1)
+        if w.decode_batch_size > 8 and not w.decode_extra_tokens
+        else w
+        for w in uneven_works()
+    ]  # batches over 8: longest just above the mean, G ≈ 0.005
+    seconds = [spread_truth().step_time_s(w) for w in works]
+    fitted = fit_profile(points_of(works, seconds), profile())
+    assert fitted.curves["spread_decode"].knots[-1] == 8.0
 
 
 @pytest.mark.parametrize("context_max", [0, 90, 300])
 def test_a_spread_priced_decode_span_equals_its_steps_bit_for_bit(context_max: int) -> None:
-    model = spread_truth(1e-3)
+    model = spread_truth()
     span = model.decode_span_s(3, 270, 40, context_max)
     for i, value in enumerate(span):
         work = StepWork(

@@ -379,10 +379,6 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                 f"  sum {100 * (total - 1):+5.1f}%"
             )
         _print_fit_terms(model)
-        if "wake" in model.fit.curves:
-            knots = model.fit.curves["wake"].knots
-            wakes = ", ".join(f"{k:g} ms +{1e3 * model.wake_s(k / 1e3):.2f} ms" for k in knots)
-            print(f"  waking an idle engine: {wakes}")
         print(f"use it with: cost_model: {{kind: calibrated, profile: {profile.name}}}")
         if args.csv:
             print(f"csv: {store.export_profile_csv(profile.profile_id, Path(args.csv))}")
@@ -390,15 +386,23 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _print_fit_terms(model: CalibratedCostModel) -> None:
-    """What the fit left out, and the price of uneven decode contexts where it found one."""
+    """What the fit left out, and the prices of the engine's history and of uneven contexts
+    where it found them."""
     fit = model.fit
     if fit.points_dropped:
         print(f"  left out of the fit: {fit.points_dropped} steps (stalls, and probe passes "
               "run in a slow spell of the machine)")  # fmt: skip
-    spread = fit.terms.get("s_decode", 0.0)
-    if spread:
-        print(f"  uneven decode contexts: +{1e3 * spread:.2f} ms a step per unit of "
-              "log2(batch) · (1 − mean / longest context)")  # fmt: skip
+    if "spread_decode" in fit.curves:
+        knots = fit.curves["spread_decode"].knots
+        prices = ", ".join(f"{k:g} +{1e3 * fit.spread_s('decode', int(k)):.2f} ms" for k in knots)
+        print(f"  uneven decode contexts, by batch (a step's price per unit of 1 − mean / "
+              f"longest context): {prices}")  # fmt: skip
+    if fit.after_prefill_s:
+        print(f"  a decode step right after a prefill: +{1e3 * fit.after_prefill_s:.2f} ms")
+    if "wake" in fit.curves:
+        knots = fit.curves["wake"].knots
+        wakes = ", ".join(f"{k:.3g} ms +{1e3 * model.wake_s(k / 1e3):.2f} ms" for k in knots)
+        print(f"  waking an idle engine: {wakes}")
 
 
 class _CalibrationBar:

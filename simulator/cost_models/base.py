@@ -54,6 +54,11 @@ class CostModel(ABC):
         Only a calibrated profile measures it; other models price a warm engine."""
         return 0.0
 
+    def after_prefill_s(self) -> float:
+        """Extra time of a decode (or verify) step right after a step that prefilled (its
+        working set evicted by the prompt's). Only a calibrated profile measures it."""
+        return 0.0
+
     @abstractmethod
     def decode_span_s(
         self, batch_size: int, context_sum: int, n_steps: int, context_max: int = 0

@@ -60,7 +60,16 @@ def fit_profile(points: list[ProfilePoint], profile: Profile | None = None) -> S
     padded = profile is not None and pads_decode_attention(profile)
     seconds, idle = [p.step_s for p in points], [p.idle_before_s for p in points]
     runs = [p.probe for p in points]
-    return fit_step_costs(works, seconds, padded_decode=padded, idle_s=idle, runs=runs)
+    after = after_prefill(points)
+    return fit_step_costs(
+        works, seconds, padded_decode=padded, idle_s=idle, runs=runs, after_prefill=after
+    )
+
+
+def after_prefill(points: list[ProfilePoint]) -> list[bool]:
+    """Whether each point's step came right after a step of its probe run that prefilled."""
+    prefilled = {(p.probe, p.step) for p in points if p.prefill_chunk_tokens}
+    return [(p.probe, p.step - 1) in prefilled for p in points]
 
 
 def pads_decode_attention(profile: Profile) -> bool:
@@ -78,10 +87,13 @@ class CalibratedCostModel(SplitCostModel):
     def wake_s(self, idle_s: float) -> float:
         return self.fit.wake_s(idle_s)
 
+    def after_prefill_s(self) -> float:
+        return self.fit.after_prefill_s
+
     def _decode_times_s(
         self, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
     ) -> np.ndarray:
-        base = float(self.fit.curves["decode"](float(batch_size))[0])
+        base = self.fit.at("decode", float(batch_size))
         return base + self.fit.context_s("decode", batch_size, context_sums, context_maxes)
 
     def _mixed_time_s(self, work: StepWork) -> float:
@@ -92,21 +104,20 @@ class CalibratedCostModel(SplitCostModel):
             sums = np.array([float(work.decode_context_sum)])
             maxes = np.array([float(work.decode_context_max)])
             context = self.fit.context_s(curve, work.decode_batch_size, sums, maxes)[0]
-            seconds += float(self._curve(curve)(float(tokens))[0]) + float(context)
+            seconds += self._curve_at(curve, float(tokens)) + float(context)
             seconds += self._terms[f"a_{curve}"] * work.decode_extra_context_sum
         if work.prefill_chunk_tokens:
-            seconds += float(self._curve("prefill")(float(sum(work.prefill_chunk_tokens)))[0])
+            seconds += self._curve_at("prefill", float(sum(work.prefill_chunk_tokens)))
             seconds += self._terms["a_prefill"] * prefill_keys(work)
             seconds += self._terms["c_chunk"] * (len(work.prefill_chunk_tokens) - 1)
             if work.decode_batch_size:
                 seconds += self._terms.get("m_mixed", 0.0)
         return seconds
 
-    def _curve(self, name: str):  # type: ignore[no-untyped-def]
-        curve = self.fit.curves.get(name)
-        if curve is None:  # build_calibrated checks what the scenario needs
+    def _curve_at(self, name: str, tokens: float) -> float:
+        if name not in self.fit.curves:  # build_calibrated checks what the scenario needs
             raise WorkbenchError(f"the calibration profile measured no {name} steps", field=FIELD)
-        return curve
+        return self.fit.at(name, tokens)
 
 
 # ---------------------------------------------------------------- building
@@ -242,8 +253,10 @@ def fit_errors(
     """Per step kind: points, median and p90 of |predicted / measured − 1|, and the ratio of
     the summed predictions to the summed measurements (what latencies add up)."""
     by_kind: dict[str, list[tuple[float, float]]] = {}
-    for point in points:
+    for point, after in zip(points, after_prefill(points), strict=True):
         predicted = model.step_time_s(step_work(point)) + model.wake_s(point.idle_before_s)
+        if after and not point.prefill_chunk_tokens:
+            predicted += model.after_prefill_s()
         by_kind.setdefault(point.kind, []).append((predicted, point.step_s))
     errors = {}
     for kind, pairs in by_kind.items():

@@ -5,24 +5,29 @@ forward over the decoding sequences (their verification chains for a multi-token
 and prefill forwards for the prompt chunks. Each part is a curve over its token count plus
 a cost per attention key:
 
-    decode   h_decode(B) + a_decode · S + s_decode · G
-    verify   h_verify(B + X) + a_verify · (S + S_x) + s_verify · G
+    decode   h_decode(B) + a_decode · S + s_decode(B) · G
+    verify   h_verify(B + X) + a_verify · (S + S_x) + s_verify(B) · G
     prefill  h_prefill(N) + a_prefill · K + c_chunk · (chunks − 1)
     mixed    the decode (or verify) part + the prefill part + m_mixed
     + h_wake(I) for a step the engine slept I ms before (0 for a step right after another)
+    + t_after for a decode (or verify) step right after a step that prefilled
 
 B decoding sequences whose KV lengths sum to S, the longest L. An engine whose decode
 attention pads every sequence to the longest (the reference kernel, `padded_decode`) is
-priced a per padded key (S counted as B · L) and has no s term. One that reads each
+priced a per padded key (S counted as B · L) and has no s curve. One that reads each
 sequence's own keys (Triton's, the grouped CPU attention) may still pay for a spread of
 contexts: the grouped attention makes one call per group of like contexts and pads inside a
 group, so a batch of uneven contexts costs more than one of equal contexts with the same
-sum (measured on CPU, `benchmarks/decode_spread.py`: up to 1.47×, some 2–5 ms a step from 8
-sequences on). That extra grows with the spread and with the batch's size, and saturates:
-one long outlier makes a group of its own, not a step as long as it. G = log2(B) ·
-(1 − S / (B · L)) is its proxy (0 for equal contexts or one sequence; below log2(B)), s its
-price per step; 0 where the profile saw no spread. The number of groups is what the
-simulator cannot know: it tracks a decode set's context sum and longest, not every context.
+sum (measured on CPU, `benchmarks/decode_spread.py`: 1.05× at 4 sequences, 1.2-1.3× from
+8 on, some 2–5 ms a step). That extra grows with the spread and with the batch's size, not
+in proportion to either: a few sequences stay one group padded to the longest (cheap
+padding), more are cut into groups (one call each), and one long outlier makes a group of
+its own, not a step as long as it. G = 1 − S / (B · L) is the spread (0 for equal contexts
+or one sequence, below 1), and s(B) its price per step at B sequences, a curve like h
+(piecewise linear between powers of two, never decreasing, flat past the largest batch
+measured with a spread); 0 where the profile saw no spread. The number of groups is what
+the simulator cannot know: it tracks a decode set's context sum and longest, not every
+context.
 X extra
 tokens computed for them (drafts, windows) attending to S_x keys; N prompt tokens in the
 chunks, attending to K keys (a chunk of c tokens after p cached ones: c·p + c(c+1)/2,
@@ -34,6 +39,11 @@ does not), never decreasing (more tokens never cost less; noise would otherwise 
 extended beyond the last knot along their last segment. h_wake (the cost of waking an idle
 engine: caches gone cold, a descheduled CPU) is piecewise linear over the idle time the same
 way, 0 at no idle, and flat beyond the longest idle measured (waking saturates).
+t_after is what a decode step pays for following a prefill (its working set evicted by the
+prompt's larger activations: measured on the CPU engine, the first decode step after a
+prefill 6-11 % slower, about 0.4 ms, the second half as much, the third as any other); the
+grid's prefill and idle probes decode only right after prefilling, and without the term
+their steps would raise every small-batch decode price (by 4-5 % at batch 1 on the CPU).
 
 Every term is linear in the parameters, so the fit is a linear least-squares problem in
 relative error: a 1 ms step counts as much as a 100 ms one. It starts weighted by the
@@ -50,7 +60,6 @@ squares.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -67,6 +76,9 @@ TRIM_SHARE = 0.02  # at most this share of the points dropped per refit, the slo
 # probe's median pass: a spell of the machine (measured on a shared 2-vCPU VM: whole passes
 # of a probe 1.4-2x slow), not the step's cost. Dropped when the probe has 3 passes or more.
 SPELL_RATIO = 1.25
+# Batch sizes seen with a spread G of at least this much place the knots of s(B): 1 − mean /
+# longest of 0.1 is a 20 % longer context beside equal ones.
+SPREAD_KNOT_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -85,12 +97,24 @@ class Curve:
 class StepCostFit:
     """Fitted parameters (seconds) and how the fit went."""
 
-    curves: dict[str, Curve]  # decode, verify, prefill: those the profile measured
-    terms: dict[str, float]  # a_decode, a_verify, a_prefill, c_chunk, m_mixed
+    curves: dict[str, Curve]  # decode, verify, prefill, spread_*, wake: those measured
+    terms: dict[str, float]  # a_*, c_chunk, m_mixed, t_after: those the profile measured
     points_used: int = 0
     points_dropped: int = 0  # outliers left out of the last fit
     kinds: tuple[str, ...] = field(default=())  # step kinds the profile measured
     padded_decode: bool = False  # decode keys counted as B × the longest context
+    # (curve, x) → the curve's value: a run asks for the same few batch sizes again and again
+    _values: dict[tuple[str, float], float] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def at(self, curve: str, x: float) -> float:
+        """The named curve's value at x, memoised."""
+        key = (curve, x)
+        value = self._values.get(key)
+        if value is None:
+            value = self._values[key] = float(self.curves[curve](x)[0])
+        return value
 
     def wake_s(self, idle_s: float) -> float:
         """h_wake: the extra time of a step after the engine slept `idle_s` (0 unless the
@@ -100,6 +124,11 @@ class StepCostFit:
             return 0.0
         return float(curve(_wake_x(idle_s, curve.knots))[0]) * _wake_share(idle_s, curve.knots)
 
+    @property
+    def after_prefill_s(self) -> float:
+        """t_after: the extra time of a decode (or verify) step right after a prefill."""
+        return self.terms.get("t_after", 0.0)
+
     def context_s(
         self, curve: str, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
     ) -> np.ndarray:
@@ -107,8 +136,15 @@ class StepCostFit:
         decode span and its single steps agree bit for bit)."""
         if self.padded_decode:
             return self.terms[f"a_{curve}"] * padded_keys(batch_size, context_sums, context_maxes)
-        spread = context_spread(batch_size, context_sums, context_maxes)
-        return self.terms[f"a_{curve}"] * context_sums + self.terms.get(f"s_{curve}", 0.0) * spread
+        spread = spread_share(batch_size, context_sums, context_maxes)
+        return self.terms[f"a_{curve}"] * context_sums + self.spread_s(curve, batch_size) * spread
+
+    def spread_s(self, curve: str, batch_size: int) -> float:
+        """s(B): the price of a full spread of contexts in a step of B sequences."""
+        prices = self.curves.get(f"spread_{curve}")
+        if prices is None:
+            return 0.0
+        return self.at(f"spread_{curve}", spread_x(batch_size, prices.knots))
 
 
 def padded_keys(batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray) -> np.ndarray:
@@ -116,12 +152,18 @@ def padded_keys(batch_size: int, context_sums: np.ndarray, context_maxes: np.nda
     return np.maximum(context_sums, float(batch_size) * context_maxes)
 
 
-def context_spread(
+def spread_share(
     batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
 ) -> np.ndarray:
-    """G = log2(B) · (1 − S / (B · L)), elementwise (+ − × ÷ only past the batch's log)."""
+    """G = 1 − S / (B · L), elementwise: 0 for equal contexts, towards 1 for one long one."""
     padded = padded_keys(batch_size, context_sums, context_maxes)
-    return math.log2(max(batch_size, 1)) * ((padded - context_sums) / np.maximum(padded, 1.0))
+    return (padded - context_sums) / np.maximum(padded, 1.0)
+
+
+def spread_x(batch_size: int, knots: np.ndarray) -> float:
+    """The spread curve's argument, held at its last knot: beyond the largest batch measured
+    with a spread, its price is not extrapolated (the extra groups saturate)."""
+    return min(float(batch_size), float(knots[-1]))
 
 
 def work_kind(work: StepWork) -> str:
@@ -152,16 +194,23 @@ class _Columns:
 
     @classmethod
     def for_works(
-        cls, works: list[StepWork], kinds: set[str], padded_decode: bool, idle_ms: np.ndarray
+        cls,
+        works: list[StepWork],
+        kinds: set[str],
+        padded_decode: bool,
+        idle_ms: np.ndarray,
+        after_prefill: np.ndarray,
     ) -> _Columns:
         knots = {name: _knots(_curve_tokens(works, name)) for name in _curves_needed(kinds)}
+        if not padded_decode:
+            knots |= _spread_knots(works)
         if (idle_ms > 0).any():
             knots["wake"] = _knots(list(idle_ms[idle_ms > 0]))
         offsets, column = {}, 0
         for name, k in knots.items():
             offsets[name], column = column, column + len(k)
         terms = {}
-        for name in _terms_needed(kinds, padded_decode):
+        for name in _terms_needed(kinds, padded_decode, bool(after_prefill.any())):
             terms[name], column = column, column + 1
         return cls(knots, offsets, terms, column, padded_decode)
 
@@ -177,15 +226,31 @@ def _curves_needed(kinds: set[str]) -> list[str]:
     return curves
 
 
-def _terms_needed(kinds: set[str], padded_decode: bool) -> list[str]:
+def _spread_knots(works: list[StepWork]) -> dict[str, np.ndarray]:
+    """Knots of s_decode and s_verify over the batch sizes measured with a spread (steps of
+    a slight one price it too, but do not place knots: a price that only such steps see
+    would be fitted to their noise)."""
+    batches: dict[str, list[float]] = {}
+    for work in works:
+        if work.decode_batch_size > 1 and _spread_of(work) >= SPREAD_KNOT_SHARE:
+            batches.setdefault(f"spread_{_decode_curve(work)}", []).append(work.decode_batch_size)
+    return {name: _knots(sizes) for name, sizes in batches.items()}
+
+
+def _spread_of(work: StepWork) -> float:
+    sums, maxes = _one(work.decode_context_sum), _one(work.decode_context_max)
+    return float(spread_share(work.decode_batch_size, sums, maxes)[0])
+
+
+def _terms_needed(kinds: set[str], padded_decode: bool, after_prefill: bool) -> list[str]:
     curves = _curves_needed(kinds)
     terms = [f"a_{name}" for name in curves]
-    if not padded_decode:
-        terms += [f"s_{name}" for name in curves if name != "prefill"]
     if kinds & {"prefill", "mixed"}:
         terms.append("c_chunk")
     if "mixed" in kinds:
         terms.append("m_mixed")
+    if after_prefill:
+        terms.append("t_after")
     return terms
 
 
@@ -237,13 +302,33 @@ def _hat_basis(knots: np.ndarray, x: np.ndarray) -> np.ndarray:
     return basis
 
 
-def _design(works: list[StepWork], columns: _Columns, idle_ms: np.ndarray) -> np.ndarray:
+def _design(
+    works: list[StepWork], columns: _Columns, idle_ms: np.ndarray, after_prefill: np.ndarray
+) -> np.ndarray:
     matrix = np.zeros((len(works), columns.size))
     for row, work in enumerate(works):
         _fill_row(matrix[row], work, columns)
         if idle_ms[row] > 0:  # knots start at the shortest idle measured: no share below
             _curve_into(matrix[row], columns, "wake", idle_ms[row])
+        if after_prefill[row]:
+            matrix[row, columns.terms["t_after"]] = 1.0
     return matrix
+
+
+def decodes_after_prefill(
+    works: list[StepWork], after_prefill: Iterable[bool] | None
+) -> np.ndarray:
+    """(n,) whether each step is a decode (or verify) step right after a prefilling one."""
+    flags = (
+        np.zeros(len(works), dtype=bool)
+        if after_prefill is None
+        else np.array(list(after_prefill), dtype=bool)
+    )
+    if len(flags) != len(works):
+        raise ValueError("one after-prefill flag per step")
+    return flags & np.array(
+        [not w.prefill_chunk_tokens and w.decode_batch_size > 0 for w in works], dtype=bool
+    )
 
 
 def _wake_x(idle_s: float, knots: np.ndarray) -> float:
@@ -263,10 +348,11 @@ def _fill_row(row: np.ndarray, work: StepWork, columns: _Columns) -> None:
         _curve_into(row, columns, curve, tokens)
         keys = work.padded_decode_keys if columns.padded_decode else work.decode_context_sum
         row[columns.terms[f"a_{curve}"]] += keys + work.decode_extra_context_sum
-        if not columns.padded_decode:
-            sums, maxes = _one(work.decode_context_sum), _one(work.decode_context_max)
-            spread = context_spread(work.decode_batch_size, sums, maxes)[0]
-            row[columns.terms[f"s_{curve}"]] += spread
+        spread = 0.0 if columns.padded_decode else _spread_of(work)
+        if spread > 0.0:
+            knots = columns.knots[f"spread_{curve}"]
+            x = spread_x(work.decode_batch_size, knots)
+            _curve_into(row, columns, f"spread_{curve}", x, scale=spread)
     if work.prefill_chunk_tokens:
         _curve_into(row, columns, "prefill", sum(work.prefill_chunk_tokens))
         row[columns.terms["a_prefill"]] += prefill_keys(work)
@@ -279,7 +365,9 @@ def _one(value: float) -> np.ndarray:
     return np.array([float(value)])
 
 
-def _curve_into(row: np.ndarray, columns: _Columns, curve: str, tokens: float) -> None:
+def _curve_into(
+    row: np.ndarray, columns: _Columns, curve: str, tokens: float, scale: float = 1.0
+) -> None:
     if curve not in columns.knots:
         raise KeyError(curve)
     knots = columns.knots[curve]
@@ -287,7 +375,7 @@ def _curve_into(row: np.ndarray, columns: _Columns, curve: str, tokens: float) -
     hats = _hat_basis(knots, np.array([float(tokens)]))[0]  # (k,) weights on knot values
     # The parameters are the curve's first value and its rises from knot to knot (all ≥ 0:
     # a step never gets cheaper with more tokens); value j = Σ rises up to j.
-    row[start : start + len(knots)] += np.cumsum(hats[::-1])[::-1]
+    row[start : start + len(knots)] += scale * np.cumsum(hats[::-1])[::-1]
 
 
 # ---------------------------------------------------------------- the fit
@@ -300,18 +388,21 @@ def fit_step_costs(
     padded_decode: bool = False,
     idle_s: Iterable[float] | None = None,
     runs: list[str] | None = None,
+    after_prefill: Iterable[bool] | None = None,
 ) -> StepCostFit:
     """Fit the model to measured steps (`works[i]` took `seconds[i]`, after the engine slept
     `idle_s[i]`, 0: right after another step); `padded_decode`: the engine's decode attention
     reads every sequence as long as the batch's longest; `runs[i]`: the probe run the step
-    was measured in (`name@pass`), to drop a pass that ran in a spell of the machine."""
+    was measured in (`name@pass`), to drop a pass that ran in a spell of the machine;
+    `after_prefill[i]`: the step came right after one that prefilled."""
     measured = np.asarray(list(seconds), dtype=np.float64)  # (n,)
     if len(works) != len(measured) or not len(works):
         raise ValueError("one measured duration per step, at least one step")
     kinds = {work_kind(work) for work in works}
     idle_ms = np.zeros(len(works)) if idle_s is None else 1e3 * np.asarray(list(idle_s))  # (n,)
-    columns = _Columns.for_works(works, kinds, padded_decode, idle_ms)
-    design = _design(works, columns, idle_ms)  # (n, params)
+    after = decodes_after_prefill(works, after_prefill)  # (n,)
+    columns = _Columns.for_works(works, kinds, padded_decode, idle_ms, after)
+    design = _design(works, columns, idle_ms, after)  # (n, params)
     kept = np.isfinite(measured) & (measured > 0)
     params = _solve(design[kept], measured[kept], measured[kept], columns)
     for refit in range(MAX_REFITS):
