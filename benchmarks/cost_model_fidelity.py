@@ -20,18 +20,24 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.catalogs.hardware import get_gpu
+from simulator.catalogs.hardware import GPUSpec, get_gpu
 from simulator.catalogs.models import get_model
 from simulator.cost_models.base import StepWork
 from simulator.cost_models.fidelity import (
     DEFAULT_DATA,
     SPLITWISE_MODELS,
+    VIDUR_GPUS,
     Comparison,
     all_comparisons,
+    hold_out_of,
 )
 from simulator.cost_models.fitted import FittedCostModel
-from simulator.cost_models.kernel_fitting import layer_token_ops_s
-from simulator.cost_models.kernel_profiles import PROFILE_ELEM_BYTES, read_token_op_points
+from simulator.cost_models.kernel_fitting import layer_token_ops_s, predict_op_s
+from simulator.cost_models.kernel_profiles import (
+    PROFILE_ELEM_BYTES,
+    OpPoints,
+    read_token_op_points,
+)
 from simulator.cost_models.kernel_times import KernelTimes
 from simulator.cost_models.roofline import RooflineCostModel
 from workbench.scenario.system import FittedCostConfig, RooflineCostConfig
@@ -72,8 +78,9 @@ def main() -> int:
     ):
         print(section(comparisons))
         print()
-    print(cross_gpu_table(args.data))
-    print()
+    for section_of_data in (cross_gpu_table, op_table, error_sources_table):
+        print(section_of_data(args.data))
+        print()
     if args.specbench:
         print(specbench_table())
     if args.csv:
@@ -390,6 +397,79 @@ def cross_gpu_table(root: Path) -> str:
         rows.append([measured_on, fitted_on, stats(np.concatenate(errors))])
     head = ["GPU measured", "priced with the fit of", "mean / worst / ≤10 %"]
     return "### Held-out GPUs: token ops priced with another GPU's fit\n\n" + table(head, rows)
+
+
+def _vidur_ops(root: Path) -> Iterable[tuple[GPUSpec, KernelTimes, list[OpPoints]]]:
+    """(GPU, its fitted kernel times, every op of every model and TP degree)."""
+    for sku, gpu_name in VIDUR_GPUS.items():
+        gpu = get_gpu(gpu_name)
+        assert gpu.kernel_fit is not None
+        times = KernelTimes(gpu, gpu.kernel_fit, "fp16", PROFILE_ELEM_BYTES)
+        paths = sorted((root / "vidur" / "compute" / sku).glob("*/*/mlp.csv"))
+        yield gpu, times, [p for path in paths for p in read_token_op_points(path)]
+
+
+def _layers(points: list[OpPoints]) -> list[list[OpPoints]]:
+    """The ops of each (model, TP degree)."""
+    groups: dict[tuple[str, int], list[OpPoints]] = {}
+    for p in points:
+        groups.setdefault((p.model, p.tensor_parallel), []).append(p)
+    return list(groups.values())
+
+
+def op_table(root: Path) -> str:
+    """Each token-level op alone (fitted and held-out points together)."""
+    rows = []
+    for gpu, times, points in _vidur_ops(root):
+        for name in dict.fromkeys(p.op.name for p in points):
+            mine = [p for p in points if p.op.name == name]
+            errors = np.concatenate([predict_op_s(times, p) / p.measured_s - 1 for p in mine])
+            rows.append([gpu.name, name, mine[0].op.kind or "GEMM", stats(errors)])
+    head = ["GPU", "op", "kernel kind", "fitted: mean / worst / ≤10 %"]
+    return "### Vidur token-level ops one by one\n\n" + table(head, rows)
+
+
+def error_sources_table(root: Path) -> str:
+    """Where the layer sums' misses come from: the share of (held-out) layer sums within
+    10 % with the GEMMs or the elementwise kernels taken from the measurements, and when
+    each measured point is interpolated from its two neighbours (what any smooth curve
+    through the same model's measurements could reach)."""
+    rows = []
+    for gpu, times, points in _vidur_ops(root):
+        assert gpu.kernel_fit is not None
+        held = hold_out_of(gpu.kernel_fit)
+        cells = []
+        for measured_kind in (None, "elementwise", "gemm", "neighbours"):
+            errors = [
+                _layer_errors_with(group, times, measured_kind)
+                for group in _layers(points)
+                if held.holds(group[0].model, group[0].tensor_parallel)
+            ]
+            cells.append(f"{np.mean(np.abs(np.concatenate(errors)) <= 0.10):.0%}")
+        rows.append([gpu.name, *cells])
+    head = [
+        "GPU (held-out layer sums)", "fitted model", "with measured elementwise kernels",
+        "with measured GEMMs", "measurements interpolated from their neighbours",
+    ]  # fmt: skip
+    return "### Where the misses are: share within 10 %\n\n" + table(head, rows)
+
+
+def _layer_errors_with(
+    group: list[OpPoints], times: KernelTimes, measured: str | None
+) -> np.ndarray:
+    tokens, truth = layer_token_ops_s(group, None)
+    if measured == "neighbours":  # each inner point from the two around it
+        x, y = tokens.astype(float), truth
+        guess = y[:-2] + (y[2:] - y[:-2]) * (x[1:-1] - x[:-2]) / (x[2:] - x[:-2])
+        return guess / y[1:-1] - 1
+    total = np.zeros(len(tokens))
+    for p in group:
+        if p.op.name == "emb":
+            continue
+        use_measured = measured == ("gemm" if p.op.gemm is not None else "elementwise")
+        values = p.measured_s if use_measured else predict_op_s(times, p)
+        total += values[np.isin(p.tokens, tokens)]
+    return total / truth - 1
 
 
 # ------------------------------------------------------------------ Spec-Bench

@@ -4,6 +4,8 @@ from their recorded commands, decode spans bit-equal to single steps, clear refu
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import shlex
 from pathlib import Path
 
@@ -11,15 +13,16 @@ import numpy as np
 import pytest
 
 from simulator.catalogs.hardware import GPU_CATALOG, get_gpu
-from simulator.catalogs.kernel_fit import KernelFit
+from simulator.catalogs.kernel_fit import ELEMENTWISE_KINDS, KernelFit
 from simulator.catalogs.models import get_model
 from simulator.cost_models.base import StepWork
 from simulator.cost_models.factory import build_cost_model
-from simulator.cost_models.fidelity import DEFAULT_DATA, vidur_token_ops
+from simulator.cost_models.fidelity import DEFAULT_DATA, VIDUR_GPUS, vidur_token_ops
 from simulator.cost_models.fit_cli import FitRequest, add_fit_parser, fit_from_files
 from simulator.cost_models.fitted import FittedCostModel
-from simulator.cost_models.kernel_fitting import HoldOut, layer_token_ops_s
-from simulator.cost_models.kernel_profiles import read_token_op_points
+from simulator.cost_models.kernel_fitting import HoldOut, layer_token_ops_s, predict_op_s
+from simulator.cost_models.kernel_profiles import PROFILE_ELEM_BYTES, read_token_op_points
+from simulator.cost_models.kernel_times import KernelTimes
 from simulator.cost_models.vidur import VidurProfileCostModel
 from workbench.cli import main
 from workbench.errors import WorkbenchError
@@ -158,6 +161,34 @@ def test_a_malformed_fit_file_names_the_file(tmp_path: Path) -> None:
     bad.write_text('{"gpu": "a100-80gb"}')
     with pytest.raises(WorkbenchError, match=r"not a kernel fit \(missing"):
         KernelFit.from_json(bad)
+
+
+def test_a_fit_from_before_per_kind_elementwise_kernels_asks_for_a_refit(tmp_path: Path) -> None:
+    old = dataclasses.asdict(get_gpu("a100-80gb").kernel_fit)
+    for kind in ELEMENTWISE_KINDS:
+        del old[f"{kind}_memory_efficiency"], old[f"{kind}_launch_s"]
+    old |= {"elementwise_memory_efficiency": 0.42, "elementwise_launch_s": 3.3e-6}
+    path = tmp_path / "old_fit.json"
+    path.write_text(json.dumps(old))
+    with pytest.raises(WorkbenchError, match="refit it with `workbench fit-cost-model`") as err:
+        KernelFit.from_json(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_each_elementwise_kind_is_priced_by_its_own_parameters() -> None:
+    """One launch and bandwidth share for all five kinds priced Vidur's residual add at about
+    2× its measured time and the embedding gather at under half, cancelling in a layer's
+    sum; per kind, each op's own mean error is small on every GPU."""
+    for sku, name in VIDUR_GPUS.items():
+        gpu = get_gpu(name)
+        assert gpu.kernel_fit is not None
+        times = KernelTimes(gpu, gpu.kernel_fit, "fp16", PROFILE_ELEM_BYTES)
+        paths = sorted((DEFAULT_DATA / "vidur" / "compute" / sku).glob("*/*/mlp.csv"))
+        points = [p for path in paths for p in read_token_op_points(path)]
+        for kind in ELEMENTWISE_KINDS:
+            mine = [p for p in points if p.op.kind == kind]
+            errors = np.concatenate([predict_op_s(times, p) / p.measured_s - 1 for p in mine])
+            assert abs(errors.mean()) < 0.10, (name, kind)
 
 
 def test_the_profile_model_prices_verification_widths_from_its_token_curve() -> None:

@@ -17,6 +17,8 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 
+ELEMENTWISE_KINDS = ("norm", "rope", "activation", "residual_add", "embedding")
+
 
 @dataclass(frozen=True)
 class KernelFit:
@@ -24,8 +26,10 @@ class KernelFit:
 
     GEMM: launch + smooth-max(compute, memory) with exponent `gemm_overlap` (1: no
     overlap, the two add up; ∞: the roofline's perfect overlap).
-    Elementwise (norms, RoPE, activation, residual add, embedding gather): launch + bytes
-    at a share of bandwidth. Attention: decode kernels read the KV at a share of bandwidth
+    Elementwise kernels, one pair of parameters per kind (`ELEMENTWISE_KINDS`): launch +
+    bytes at a share of bandwidth. One pair for all five mispriced some by up to 2.7× (the
+    residual add over, the embedding gather under; Vidur's profiles), errors that only
+    cancelled in a layer's sum. Attention: decode kernels read the KV at a share of bandwidth
     plus a per-sequence cost; prefill (and multi-query verification) kernels run at a share
     of peak FLOP/s.
     """
@@ -35,8 +39,16 @@ class KernelFit:
     gemm_memory_efficiency: float
     gemm_overlap: float
     gemm_launch_s: float
-    elementwise_memory_efficiency: float
-    elementwise_launch_s: float
+    norm_memory_efficiency: float  # RMSNorm / LayerNorm (both per layer, and the final one)
+    norm_launch_s: float
+    rope_memory_efficiency: float  # rotary embedding of q and k
+    rope_launch_s: float
+    activation_memory_efficiency: float  # SwiGLU / GELU
+    activation_launch_s: float
+    residual_add_memory_efficiency: float
+    residual_add_launch_s: float
+    embedding_memory_efficiency: float  # the token embedding gather, once per step
+    embedding_launch_s: float
     attention_memory_efficiency: float
     attention_compute_efficiency: float
     decode_attention_launch_s: float
@@ -68,6 +80,12 @@ class KernelFit:
         if not isinstance(data, dict):
             raise WorkbenchError("expected a JSON object of fit parameters", source=source)
         names = [f.name for f in fields(cls)]
+        if "elementwise_launch_s" in data:
+            raise WorkbenchError(
+                "a kernel fit from before per-kind elementwise kernels (one "
+                "elementwise_launch_s for all); refit it with `workbench fit-cost-model`",
+                source=source, field=field,
+            )  # fmt: skip
         missing = [n for n in names if n not in data]
         unknown = [k for k in data if k not in names]
         if missing or unknown:

@@ -127,9 +127,7 @@ class FittedCostModel(SplitCostModel):
         """Final norm and LM head over the tokens sampled, plus the step overhead."""
         memo = self._logits_memo.get(logits)
         if memo is None:
-            norm = TokenOp(
-                "final_norm", bytes_per_token=2.0 * self.model.hidden_size * self._elem_bytes
-            )
+            norm = self._shape.norm("final_norm")
             head = self._op_s(norm, logits) + self._op_s(self._shape.lm_head(), logits)
             memo = self._logits_memo[logits] = head + self._overhead_s
         return memo
@@ -140,7 +138,7 @@ class FittedCostModel(SplitCostModel):
         if op.gemm is not None:
             k, n = op.gemm
             return float(self._times.gemm_s(np.float64(tokens), float(k), float(n)))
-        return self._times.elementwise_s(tokens * op.bytes_per_token)
+        return self._times.elementwise_s(op.kind, tokens * op.bytes_per_token)
 
     # ---------------------------------------------------- one layer's parts (fidelity check)
 

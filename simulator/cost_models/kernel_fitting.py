@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from simulator.catalogs.hardware import GPUSpec
-from simulator.catalogs.kernel_fit import KernelFit
+from simulator.catalogs.kernel_fit import ELEMENTWISE_KINDS, KernelFit
 from simulator.cost_models.kernel_profiles import PROFILE_ELEM_BYTES, AttentionPoints, OpPoints
 from simulator.cost_models.kernel_times import KernelTimes
 from simulator.cost_models.least_squares import levenberg_marquardt
@@ -25,8 +25,7 @@ TOKEN_OP_PARAMETERS = (
     "gemm_memory_efficiency",
     "gemm_overlap",
     "gemm_launch_s",
-    "elementwise_memory_efficiency",
-    "elementwise_launch_s",
+    *(f"{kind}_{term}" for kind in ELEMENTWISE_KINDS for term in ("memory_efficiency", "launch_s")),
 )
 ATTENTION_PARAMETERS = (
     "attention_memory_efficiency",
@@ -44,8 +43,8 @@ START = KernelFit(
     gemm_memory_efficiency=0.8,
     gemm_overlap=2.0,
     gemm_launch_s=5e-6,
-    elementwise_memory_efficiency=0.6,
-    elementwise_launch_s=3e-6,
+    **{f"{kind}_memory_efficiency": 0.6 for kind in ELEMENTWISE_KINDS},
+    **{f"{kind}_launch_s": 3e-6 for kind in ELEMENTWISE_KINDS},
     attention_memory_efficiency=0.7,
     attention_compute_efficiency=0.3,
     decode_attention_launch_s=10e-6,
@@ -78,7 +77,7 @@ def predict_op_s(times: KernelTimes, points: OpPoints) -> np.ndarray:
     if op.gemm is not None:
         k, n = op.gemm
         return times.gemm_s(points.tokens, float(k), float(n))
-    return times.elementwise_s(points.tokens * op.bytes_per_token)
+    return times.elementwise_s(op.kind, points.tokens * op.bytes_per_token)
 
 
 def predict_attention_s(

@@ -11,7 +11,8 @@ roofline's default 0.6. The padding is what Vidur's profiles show on all three G
 GEMM's time is flat from 1 to 64 rows and steps up after every multiple of 128 (Llama-2-7B
 on an A100: 136 rows cost 1.9× one row, 128 rows 1.3×); with it, the fit's worst error on
 the A100 drops from 35 % to 20 %.
-Elementwise kernels: launch + bytes / (bandwidth · η_e).
+Elementwise kernels: launch + bytes / (bandwidth · η_e), both per kind of kernel (norm,
+RoPE, activation, residual add, embedding gather).
 Decode attention (one query per sequence): launch + per-sequence cost + KV bytes /
 (bandwidth · η_a). Prefill and multi-query attention: launch + smooth_max(FLOPs /
 (peak_flops · η_ac), bytes / (bandwidth · η_a)).
@@ -24,7 +25,7 @@ from typing import TypeVar
 import numpy as np
 
 from simulator.catalogs.hardware import GPUSpec
-from simulator.catalogs.kernel_fit import KernelFit
+from simulator.catalogs.kernel_fit import ELEMENTWISE_KINDS, KernelFit
 
 Times = TypeVar("Times", float, np.ndarray)
 
@@ -52,6 +53,13 @@ class KernelTimes:
         self.elem_bytes = elem_bytes
         self._flops_rate = gpu.peak_flops(dtype)
         self._bandwidth = gpu.memory_bandwidth_bytes_s
+        self._elementwise = {  # kind: (launch, bytes per second)
+            kind: (
+                getattr(fit, f"{kind}_launch_s"),
+                self._bandwidth * getattr(fit, f"{kind}_memory_efficiency"),
+            )
+            for kind in ELEMENTWISE_KINDS
+        }
 
     def gemm_s(self, m: np.ndarray, k: float, n: float) -> np.ndarray:
         """`m` (array) rows through a k × n weight matrix."""
@@ -61,11 +69,10 @@ class KernelTimes:
         memory = moved / (self._bandwidth * f.gemm_memory_efficiency)
         return f.gemm_launch_s + smooth_max(compute, memory, f.gemm_overlap)
 
-    def elementwise_s(self, moved_bytes: Times) -> Times:
-        f = self.fit
-        return f.elementwise_launch_s + moved_bytes / (
-            self._bandwidth * f.elementwise_memory_efficiency
-        )
+    def elementwise_s(self, kind: str, moved_bytes: Times) -> Times:
+        """A `kind` (`ELEMENTWISE_KINDS`) of elementwise kernel moving `moved_bytes`."""
+        launch_s, rate = self._elementwise[kind]
+        return launch_s + moved_bytes / rate
 
     def decode_attention_s(self, sequences: float | np.ndarray, kv_bytes: np.ndarray) -> np.ndarray:
         """One query per sequence against its KV (`kv_bytes` read in all). Elementwise

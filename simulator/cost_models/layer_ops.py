@@ -18,12 +18,13 @@ from simulator.catalogs.models import ModelSpec
 
 @dataclass(frozen=True)
 class TokenOp:
-    """A GEMM (`gemm` = (k, n) of its weight on one GPU) or an elementwise kernel moving
-    `bytes_per_token` per token."""
+    """A GEMM (`gemm` = (k, n) of its weight on one GPU) or an elementwise kernel of a
+    `kind` (`ELEMENTWISE_KINDS`) moving `bytes_per_token` per token."""
 
     name: str
     gemm: tuple[int, int] | None = None
     bytes_per_token: float = 0.0
+    kind: str = ""
 
 
 @dataclass(frozen=True)
@@ -58,23 +59,29 @@ class LayerShape:
         h, i, d, e = self.hidden, self.intermediate, self.head_dim, self.elem_bytes
         qkv = (self.q_heads + 2 * self.kv_heads) * d
         up = (2 if self.gated_mlp else 1) * i
-        norm = TokenOp("input_layernorm", bytes_per_token=2.0 * h * e)  # read + write
+        rotated = (self.q_heads + self.kv_heads) * d
         return (
-            norm,
+            self.norm("input_layernorm"),
             TokenOp("attn_pre_proj", gemm=(h, qkv)),
             # q and k rotated in place: read + write
-            TokenOp("attn_rope", bytes_per_token=2.0 * (self.q_heads + self.kv_heads) * d * e),
+            TokenOp("attn_rope", bytes_per_token=2.0 * rotated * e, kind="rope"),
             TokenOp("attn_post_proj", gemm=(self.q_heads * d, h)),
-            TokenOp("post_attention_layernorm", bytes_per_token=2.0 * h * e),
+            self.norm("post_attention_layernorm"),
             TokenOp("mlp_up_proj", gemm=(h, up)),
-            TokenOp("mlp_act", bytes_per_token=float(up + i) * e),  # read gate·up, write
+            # read gate·up, write
+            TokenOp("mlp_act", bytes_per_token=float(up + i) * e, kind="activation"),
             TokenOp("mlp_down_proj", gemm=(i, h)),
-            TokenOp("add", bytes_per_token=3.0 * h * e),  # two reads, one write
+            # two reads, one write
+            TokenOp("add", bytes_per_token=3.0 * h * e, kind="residual_add"),
         )
+
+    def norm(self, name: str) -> TokenOp:
+        """A norm over the hidden state: read + write."""
+        return TokenOp(name, bytes_per_token=2.0 * self.hidden * self.elem_bytes, kind="norm")
 
     def embedding(self) -> TokenOp:
         """The embedding gather, once per step (Vidur's `emb`)."""
-        return TokenOp("emb", bytes_per_token=2.0 * self.hidden * self.elem_bytes)
+        return TokenOp("emb", bytes_per_token=2.0 * self.hidden * self.elem_bytes, kind="embedding")
 
     def lm_head(self) -> TokenOp:
         return TokenOp("lm_head", gemm=(self.hidden, self.vocab_shard))
