@@ -20,16 +20,16 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.catalogs.hardware import GPUSpec, get_gpu
+from simulator.catalogs.hardware import get_gpu
 from simulator.catalogs.models import get_model
 from simulator.cost_models.base import StepWork
 from simulator.cost_models.fidelity import (
     DEFAULT_DATA,
     SPLITWISE_MODELS,
-    VIDUR_GPUS,
     Comparison,
     all_comparisons,
     hold_out_of,
+    vidur_layers,
 )
 from simulator.cost_models.fitted import FittedCostModel
 from simulator.cost_models.kernel_fitting import layer_token_ops_s, predict_op_s
@@ -399,28 +399,11 @@ def cross_gpu_table(root: Path) -> str:
     return "### Held-out GPUs: token ops priced with another GPU's fit\n\n" + table(head, rows)
 
 
-def _vidur_ops(root: Path) -> Iterable[tuple[GPUSpec, KernelTimes, list[OpPoints]]]:
-    """(GPU, its fitted kernel times, every op of every model and TP degree)."""
-    for sku, gpu_name in VIDUR_GPUS.items():
-        gpu = get_gpu(gpu_name)
-        assert gpu.kernel_fit is not None
-        times = KernelTimes(gpu, gpu.kernel_fit, "fp16", PROFILE_ELEM_BYTES)
-        paths = sorted((root / "vidur" / "compute" / sku).glob("*/*/mlp.csv"))
-        yield gpu, times, [p for path in paths for p in read_token_op_points(path)]
-
-
-def _layers(points: list[OpPoints]) -> list[list[OpPoints]]:
-    """The ops of each (model, TP degree)."""
-    groups: dict[tuple[str, int], list[OpPoints]] = {}
-    for p in points:
-        groups.setdefault((p.model, p.tensor_parallel), []).append(p)
-    return list(groups.values())
-
-
 def op_table(root: Path) -> str:
     """Each token-level op alone (fitted and held-out points together)."""
     rows = []
-    for gpu, times, points in _vidur_ops(root):
+    for gpu, times, layers in vidur_layers(root):
+        points = [p for group in layers for p in group]
         for name in dict.fromkeys(p.op.name for p in points):
             mine = [p for p in points if p.op.name == name]
             errors = np.concatenate([predict_op_s(times, p) / p.measured_s - 1 for p in mine])
@@ -435,14 +418,14 @@ def error_sources_table(root: Path) -> str:
     each measured point is interpolated from its two neighbours (what any smooth curve
     through the same model's measurements could reach)."""
     rows = []
-    for gpu, times, points in _vidur_ops(root):
+    for gpu, times, layers in vidur_layers(root):
         assert gpu.kernel_fit is not None
         held = hold_out_of(gpu.kernel_fit)
         cells = []
         for measured_kind in (None, "elementwise", "gemm", "neighbours"):
             errors = [
                 _layer_errors_with(group, times, measured_kind)
-                for group in _layers(points)
+                for group in layers
                 if held.holds(group[0].model, group[0].tensor_parallel)
             ]
             cells.append(f"{np.mean(np.abs(np.concatenate(errors)) <= 0.10):.0%}")

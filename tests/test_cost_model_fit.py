@@ -17,12 +17,11 @@ from simulator.catalogs.kernel_fit import ELEMENTWISE_KINDS, KernelFit
 from simulator.catalogs.models import get_model
 from simulator.cost_models.base import StepWork
 from simulator.cost_models.factory import build_cost_model
-from simulator.cost_models.fidelity import DEFAULT_DATA, VIDUR_GPUS, vidur_token_ops
+from simulator.cost_models.fidelity import DEFAULT_DATA, vidur_layers, vidur_token_ops
 from simulator.cost_models.fit_cli import FitRequest, add_fit_parser, fit_from_files
 from simulator.cost_models.fitted import FittedCostModel
 from simulator.cost_models.kernel_fitting import HoldOut, layer_token_ops_s, predict_op_s
-from simulator.cost_models.kernel_profiles import PROFILE_ELEM_BYTES, read_token_op_points
-from simulator.cost_models.kernel_times import KernelTimes
+from simulator.cost_models.kernel_profiles import read_token_op_points
 from simulator.cost_models.vidur import VidurProfileCostModel
 from workbench.cli import main
 from workbench.errors import WorkbenchError
@@ -179,16 +178,12 @@ def test_each_elementwise_kind_is_priced_by_its_own_parameters() -> None:
     """One launch and bandwidth share for all five kinds priced Vidur's residual add at about
     2× its measured time and the embedding gather at under half, cancelling in a layer's
     sum; per kind, each op's own mean error is small on every GPU."""
-    for sku, name in VIDUR_GPUS.items():
-        gpu = get_gpu(name)
-        assert gpu.kernel_fit is not None
-        times = KernelTimes(gpu, gpu.kernel_fit, "fp16", PROFILE_ELEM_BYTES)
-        paths = sorted((DEFAULT_DATA / "vidur" / "compute" / sku).glob("*/*/mlp.csv"))
-        points = [p for path in paths for p in read_token_op_points(path)]
+    for gpu, times, layers in vidur_layers(DEFAULT_DATA):
+        points = [p for group in layers for p in group]
         for kind in ELEMENTWISE_KINDS:
             mine = [p for p in points if p.op.kind == kind]
             errors = np.concatenate([predict_op_s(times, p) / p.measured_s - 1 for p in mine])
-            assert abs(errors.mean()) < 0.10, (name, kind)
+            assert abs(errors.mean()) < 0.10, (gpu.name, kind)
 
 
 def test_the_profile_model_prices_verification_widths_from_its_token_curve() -> None:

@@ -17,6 +17,7 @@ from simulator.catalogs.models import ModelSpec, resolve_model
 from simulator.cost_models.base import SplitCostModel, StepWork
 from simulator.cost_models.calibrated_fit import (
     StepCostFit,
+    decodes_after_prefill,
     fit_step_costs,
     prefill_keys,
 )
@@ -253,9 +254,11 @@ def fit_errors(
     """Per step kind: points, median and p90 of |predicted / measured − 1|, and the ratio of
     the summed predictions to the summed measurements (what latencies add up)."""
     by_kind: dict[str, list[tuple[float, float]]] = {}
-    for point, after in zip(points, after_prefill(points), strict=True):
-        predicted = model.step_time_s(step_work(point)) + model.wake_s(point.idle_before_s)
-        if after and not point.prefill_chunk_tokens:
+    works = [step_work(point) for point in points]
+    afters = decodes_after_prefill(works, after_prefill(points))
+    for point, work, after in zip(points, works, afters, strict=True):
+        predicted = model.step_time_s(work) + model.wake_s(point.idle_before_s)
+        if after:
             predicted += model.after_prefill_s()
         by_kind.setdefault(point.kind, []).append((predicted, point.step_s))
     errors = {}

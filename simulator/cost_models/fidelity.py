@@ -94,24 +94,30 @@ def all_comparisons(root: Path = DEFAULT_DATA) -> list[Comparison]:
 # ------------------------------------------------------------------ Vidur
 
 
-def vidur_token_ops(root: Path) -> Iterator[Comparison]:
+def vidur_layers(root: Path) -> Iterator[tuple[GPUSpec, KernelTimes, list[list[OpPoints]]]]:
+    """Each profiled GPU, its catalog fit's kernel times and its measured layers: the token
+    ops of each model at each TP degree."""
     for sku, gpu_name in VIDUR_GPUS.items():
         gpu = get_gpu(gpu_name)
-        fit = _fit(gpu)
-        held = hold_out_of(fit)
-        times = KernelTimes(gpu, fit, "fp16", PROFILE_ELEM_BYTES)
-        for path in sorted((root / "vidur" / "compute" / sku).glob("*/*/mlp.csv")):
-            for group in _by_tp(read_token_op_points(path)):
-                first = group[0]
-                tokens, measured = layer_token_ops_s(group, None)
-                _, after = layer_token_ops_s(group, times)
-                roofline = _roofline(first.spec, gpu, first.tensor_parallel)
-                before = np.array([roofline.token_ops_layer_s(int(t)) for t in tokens])
-                yield Comparison(
-                    "vidur token ops", gpu_name, first.model, first.tensor_parallel,
-                    held.holds(first.model, first.tensor_parallel), tokens,
-                    np.zeros(len(tokens)), measured, before, after,
-                )  # fmt: skip
+        times = KernelTimes(gpu, _fit(gpu), "fp16", PROFILE_ELEM_BYTES)
+        paths = sorted((root / "vidur" / "compute" / sku).glob("*/*/mlp.csv"))
+        yield gpu, times, [group for path in paths for group in _by_tp(read_token_op_points(path))]
+
+
+def vidur_token_ops(root: Path) -> Iterator[Comparison]:
+    for gpu, times, layers in vidur_layers(root):
+        held = hold_out_of(_fit(gpu))
+        for group in layers:
+            first = group[0]
+            tokens, measured = layer_token_ops_s(group, None)
+            _, after = layer_token_ops_s(group, times)
+            roofline = _roofline(first.spec, gpu, first.tensor_parallel)
+            before = np.array([roofline.token_ops_layer_s(int(t)) for t in tokens])
+            yield Comparison(
+                "vidur token ops", gpu.name, first.model, first.tensor_parallel,
+                held.holds(first.model, first.tensor_parallel), tokens,
+                np.zeros(len(tokens)), measured, before, after,
+            )  # fmt: skip
 
 
 def vidur_attention(root: Path) -> Iterator[Comparison]:
