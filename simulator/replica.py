@@ -83,7 +83,8 @@ class SimReplica:
         self._generation = 0  # invalidates superseded timers
         self._start_at: float | None = None  # a pending start timer's time
         self._idle_s = 0.0  # how long the replica sat idle before the span it starts next
-        self._prefilled = False  # whether the last committed step prefilled
+        self._prefill_tokens = 0  # prompt tokens of the last committed step that prefilled
+        self._decodes_since_prefill = 0  # decode steps committed since that step
 
     # ------------------------------------------------------------------ arrivals
 
@@ -139,16 +140,27 @@ class SimReplica:
         self._arm(self._ends[self._steps - 1])
 
     def _cold_start(self, plan: StepPlan, durations: np.ndarray) -> None:
-        """What the span's first step pays for what came before it: waking an idle engine,
-        following a prefill. Not for a virtual engine of a pipeline: it shares stages its
-        siblings may have kept busy."""
+        """What the span's steps pay for what came before them: its first step for waking an
+        idle engine, its first decode steps after a prefill for the prompt's evicting their
+        working set. Not for a virtual engine of a pipeline: it shares stages its siblings
+        may have kept busy."""
         idle_s, self._idle_s = self._idle_s, 0.0
-        prefilled, self._prefilled = self._prefilled, bool(plan.prefills)
         if self.pipeline is not None:
             return
         durations[0] += self.cost_model.wake_s(idle_s) if idle_s > 0.0 else 0.0
-        if prefilled and not plan.prefills and plan.decode_batch_size:
-            durations[0] += self.cost_model.after_prefill_s()
+        if plan.prefills or not plan.decode_batch_size or not self._prefill_tokens:
+            return
+        since = self._decodes_since_prefill
+        for j in range(min(self.cost_model.after_prefill_steps - since, len(durations))):
+            durations[j] += self.cost_model.after_prefill_s(self._prefill_tokens, since + j + 1)
+
+    def _count_since_prefill(self, plan: StepPlan, steps: int) -> None:
+        """After committing `steps` steps of `plan`: where the engine stands after a prefill."""
+        if plan.prefills:
+            self._prefill_tokens = sum(chunk.tokens for chunk in plan.prefills)
+            self._decodes_since_prefill = 0
+        elif plan.decode_batch_size:
+            self._decodes_since_prefill += steps
 
     def _steps_before(self, replan_at_s: float | None, steps: int) -> int:
         """The span's steps up to the last one starting before `replan_at_s`: step j + 1
@@ -187,6 +199,7 @@ class SimReplica:
         plan, steps = self._plan, self._steps
         assert plan is not None
         self._record_steps(plan, steps)
+        self._count_since_prefill(plan, steps)
         self.clock_s = float(self._ends[steps - 1])
         extra = None if self._draw is None else self._bursts(plan.step, self._draw)
         emitting = None if self.apar is None else self.apar.emitting(self.policy, plan)  # type: ignore[arg-type]

@@ -89,6 +89,28 @@ def test_non_negative_least_squares_matches_a_hand_solution() -> None:
     np.testing.assert_allclose(non_negative_least_squares(a, b), [1.5, 0.0], atol=1e-12)
 
 
+def test_non_negative_least_squares_meets_the_optimality_conditions() -> None:
+    rng = np.random.default_rng(3)
+    a = rng.random((400, 12))  # (n, params): tall, solved on its QR factor
+    b = a @ np.where(rng.random(12) < 0.5, 0.0, rng.random(12)) + rng.normal(0, 0.05, 400)
+    b -= 0.3 * a[:, 0]  # pushes the first parameter against its bound
+    x = non_negative_least_squares(a, b)
+    gradient = a.T @ (b - a @ x)  # (params,) minus the objective's gradient, halved
+    assert (x >= 0).all() and x[0] == 0.0
+    np.testing.assert_allclose(gradient[x > 0], 0.0, atol=1e-9)
+    assert (gradient[x == 0] <= 1e-9).all()  # no bound parameter would lower the residual
+
+
+def test_alike_columns_give_their_weight_to_the_first() -> None:
+    # Columns 1 and 2 are equal on every row (no point between two knots): the solution is
+    # not unique, and the first takes it, not the factorisation's rounding.
+    rng = np.random.default_rng(4)
+    base = rng.random((300, 3))
+    a = np.column_stack([base[:, 0], base[:, 1], base[:, 1], base[:, 2]])
+    b = a @ np.array([1.0, 0.7, 0.0, 2.0])
+    np.testing.assert_allclose(non_negative_least_squares(a, b), [1.0, 0.7, 0.0, 2.0], atol=1e-9)
+
+
 def test_curves_never_fall_with_more_tokens() -> None:
     # Batch 16 measured faster than batch 8 (a quiet spell): the curve stays flat instead.
     batches, seconds = (1, 2, 4, 8, 16), (1.0e-3, 1.2e-3, 1.5e-3, 2.4e-3, 2.0e-3)

@@ -58,11 +58,10 @@ def test_calibrate_says_what_it_left_out_and_the_price_of_uneven_contexts(
 
     fit = fit_profile(three_passes(1.8), profile())
     spread = Curve(np.array([2.0, 8.0]), np.array([0.5e-3, 1.5e-3]))
-    fit = dataclasses.replace(
-        fit, curves=fit.curves | {"spread_decode": spread}, terms=fit.terms | {"t_after": 4e-4}
-    )
+    after = Curve(np.array([32.0, 512.0]), np.array([0.3e-3, 1.2e-3]))
+    fit = dataclasses.replace(fit, curves=fit.curves | {"spread_decode": spread, "after_1": after})
     _print_fit_terms(CalibratedCostModel(fit))
     out = capsys.readouterr().out
     assert f"left out of the fit: {fit.points_dropped} steps" in out and fit.points_dropped
     assert "longest context): 2 +0.50 ms, 8 +1.50 ms" in out
-    assert "a decode step right after a prefill: +0.40 ms" in out
+    assert "decode step 1 after a prefill, by its prompt tokens: 32 +0.30 ms, 512 +1.20 ms" in out

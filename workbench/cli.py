@@ -397,8 +397,10 @@ def _print_fit_terms(model: CalibratedCostModel) -> None:
         prices = ", ".join(f"{k:g} +{1e3 * fit.spread_s('decode', int(k)):.2f} ms" for k in knots)
         print(f"  uneven decode contexts, by batch (a step's price per unit of 1 − mean / "
               f"longest context): {prices}")  # fmt: skip
-    if fit.after_prefill_s:
-        print(f"  a decode step right after a prefill: +{1e3 * fit.after_prefill_s:.2f} ms")
+    for k in range(1, fit.after_prefill_steps + 1):
+        knots = fit.curves[f"after_{k}"].knots
+        prices = ", ".join(f"{t:g} +{1e3 * fit.after_prefill_s(int(t), k):.2f} ms" for t in knots)
+        print(f"  decode step {k} after a prefill, by its prompt tokens: {prices}")
     if "wake" in fit.curves:
         knots = fit.curves["wake"].knots
         wakes = ", ".join(f"{k:.3g} ms +{1e3 * model.wake_s(k / 1e3):.2f} ms" for k in knots)

@@ -54,9 +54,15 @@ class CostModel(ABC):
         Only a calibrated profile measures it; other models price a warm engine."""
         return 0.0
 
-    def after_prefill_s(self) -> float:
-        """Extra time of a decode (or verify) step right after a step that prefilled (its
-        working set evicted by the prompt's). Only a calibrated profile measures it."""
+    @property
+    def after_prefill_steps(self) -> int:
+        """How many decode steps after a prefill pay `after_prefill_s` (0: none)."""
+        return 0
+
+    def after_prefill_s(self, prefill_tokens: int, steps_after: int) -> float:
+        """Extra time of the `steps_after`-th decode (or verify) step after a step that
+        prefilled `prefill_tokens` (1: right after it): its working set evicted by the
+        prompt's. Only a calibrated profile measures it; other models price a warm engine."""
         return 0.0
 
     @abstractmethod

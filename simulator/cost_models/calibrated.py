@@ -16,8 +16,8 @@ import numpy as np
 from simulator.catalogs.models import ModelSpec, resolve_model
 from simulator.cost_models.base import SplitCostModel, StepWork
 from simulator.cost_models.calibrated_fit import (
+    AfterPrefill,
     StepCostFit,
-    decodes_after_prefill,
     fit_step_costs,
     prefill_keys,
 )
@@ -61,16 +61,47 @@ def fit_profile(points: list[ProfilePoint], profile: Profile | None = None) -> S
     padded = profile is not None and pads_decode_attention(profile)
     seconds, idle = [p.step_s for p in points], [p.idle_before_s for p in points]
     runs = [p.probe for p in points]
-    after = after_prefill(points)
+    since = since_prefill(points)
     return fit_step_costs(
-        works, seconds, padded_decode=padded, idle_s=idle, runs=runs, after_prefill=after
+        works, seconds, padded_decode=padded, idle_s=idle, runs=runs, since_prefill=since
     )
 
 
-def after_prefill(points: list[ProfilePoint]) -> list[bool]:
-    """Whether each point's step came right after a step of its probe run that prefilled."""
-    prefilled = {(p.probe, p.step) for p in points if p.prefill_chunk_tokens}
-    return [(p.probe, p.step - 1) in prefilled for p in points]
+def since_prefill(points: list[ProfilePoint]) -> list[tuple[int, int]]:
+    """Per point: (steps since the last step of its probe run that prefilled, that step's
+    prompt tokens); (0, 0) where no prefill came before it. A probe run's first step is no
+    point (its cost would hold the wait for the first arrival) but always prefilled (an
+    engine's first step has nothing else to run): what the first decode step after it
+    decodes, each sequence's prompt and its first token."""
+    by_run: dict[str, dict[int, ProfilePoint]] = {}
+    for point in points:
+        by_run.setdefault(point.probe, {})[point.step] = point
+    since: dict[tuple[str, int], tuple[int, int]] = {}
+    for run, steps in by_run.items():
+        last = (0, 0)
+        for step in range(min(steps), max(steps) + 1):
+            point = steps.get(step)
+            if point is None:
+                last = (0, 0)  # a step not measured: what it computed is not known
+                continue
+            if step == 1 and 0 not in steps:
+                last = (0, _first_prefill_tokens(point))
+            k, tokens = last
+            since[(run, step)] = (k + 1, tokens) if tokens else (0, 0)
+            if point.prefill_chunk_tokens:
+                last = (0, sum(point.prefill_chunk_tokens))
+            elif tokens:
+                last = (k + 1, tokens)
+    return [since[(p.probe, p.step)] for p in points]
+
+
+def _first_prefill_tokens(second: ProfilePoint) -> int:
+    """The prompt tokens a probe run's first step computed, seen from its second step: the
+    prompts (each with its first token) that it decodes, or the chunk's cached tokens when it
+    goes on prefilling the same prompt."""
+    if second.prefill_chunk_tokens:
+        return max(second.prefill_context_tokens, default=0)
+    return max(second.decode_context_sum - second.decode_batch_size, 0)
 
 
 def pads_decode_attention(profile: Profile) -> bool:
@@ -88,8 +119,12 @@ class CalibratedCostModel(SplitCostModel):
     def wake_s(self, idle_s: float) -> float:
         return self.fit.wake_s(idle_s)
 
-    def after_prefill_s(self) -> float:
-        return self.fit.after_prefill_s
+    @property
+    def after_prefill_steps(self) -> int:
+        return self.fit.after_prefill_steps
+
+    def after_prefill_s(self, prefill_tokens: int, steps_after: int) -> float:
+        return self.fit.after_prefill_s(prefill_tokens, steps_after)
 
     def _decode_times_s(
         self, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
@@ -255,11 +290,10 @@ def fit_errors(
     the summed predictions to the summed measurements (what latencies add up)."""
     by_kind: dict[str, list[tuple[float, float]]] = {}
     works = [step_work(point) for point in points]
-    afters = decodes_after_prefill(works, after_prefill(points))
-    for point, work, after in zip(points, works, afters, strict=True):
+    after = AfterPrefill.of(works, since_prefill(points))
+    for point, work, k, tokens in zip(points, works, after.steps, after.tokens, strict=True):
         predicted = model.step_time_s(work) + model.wake_s(point.idle_before_s)
-        if after:
-            predicted += model.after_prefill_s()
+        predicted += model.after_prefill_s(int(tokens), int(k))
         by_kind.setdefault(point.kind, []).append((predicted, point.step_s))
     errors = {}
     for kind, pairs in by_kind.items():

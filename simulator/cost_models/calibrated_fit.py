@@ -10,7 +10,7 @@ a cost per attention key:
     prefill  h_prefill(N) + a_prefill · K + c_chunk · (chunks − 1)
     mixed    the decode (or verify) part + the prefill part + m_mixed
     + h_wake(I) for a step the engine slept I ms before (0 for a step right after another)
-    + t_after for a decode (or verify) step right after a step that prefilled
+    + t_k(P) for the k-th decode (or verify) step after a step that prefilled P tokens
 
 B decoding sequences whose KV lengths sum to S, the longest L. An engine whose decode
 attention pads every sequence to the longest (the reference kernel, `padded_decode`) is
@@ -39,11 +39,16 @@ does not), never decreasing (more tokens never cost less; noise would otherwise 
 extended beyond the last knot along their last segment. h_wake (the cost of waking an idle
 engine: caches gone cold, a descheduled CPU) is piecewise linear over the idle time the same
 way, 0 at no idle, and flat beyond the longest idle measured (waking saturates).
-t_after is what a decode step pays for following a prefill (its working set evicted by the
-prompt's larger activations: measured on the CPU engine, the first decode step after a
-prefill 6-11 % slower, about 0.4 ms, the second half as much, the third as any other); the
-grid's prefill and idle probes decode only right after prefilling, and without the term
-their steps would raise every small-batch decode price (by 4-5 % at batch 1 on the CPU).
+t_k(P) is what the k-th decode step after a prefill pays for it: the prompt's activations
+evicted the decode's working set (weights, KV), and the larger the prompt the more of it
+(measured on the CPU engine, `small` target: the first decode step +0.6 ms after 32 prompt
+tokens, +1.5 ms after 512, +2.4-2.6 ms after 2-3k; the second about 40 % of the first, the
+third 15-20 %, the fourth within noise). One curve over P per k up to
+`AFTER_PREFILL_STEPS`, piecewise linear like the others, never decreasing, flat past the
+largest prefill measured (a prompt cannot evict more than everything). The grid's prefill
+and idle probes decode only right after prefilling, and every probe's first decode follows
+its first prefill: without the terms those steps raise every small-batch decode price (by
+5-6 % at batch 1 on the CPU, with one t for every prompt size and the first step only).
 
 Every term is linear in the parameters, so the fit is a linear least-squares problem in
 relative error: a 1 ms step counts as much as a 100 ms one. It starts weighted by the
@@ -62,6 +67,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -76,6 +82,9 @@ TRIM_SHARE = 0.02  # at most this share of the points dropped per refit, the slo
 # probe's median pass: a spell of the machine (measured on a shared 2-vCPU VM: whole passes
 # of a probe 1.4-2x slow), not the step's cost. Dropped when the probe has 3 passes or more.
 SPELL_RATIO = 1.25
+# Decode steps after a prefill that pay for it, each with its own curve t_k(P) (measured on
+# the CPU engine: the third still +0.1-0.5 ms, the fourth within the noise).
+AFTER_PREFILL_STEPS = 3
 # Batch sizes seen with a spread G of at least this much place the knots of s(B): 1 − mean /
 # longest of 0.1 is a 20 % longer context beside equal ones.
 SPREAD_KNOT_SHARE = 0.1
@@ -97,8 +106,8 @@ class Curve:
 class StepCostFit:
     """Fitted parameters (seconds) and how the fit went."""
 
-    curves: dict[str, Curve]  # decode, verify, prefill, spread_*, wake: those measured
-    terms: dict[str, float]  # a_*, c_chunk, m_mixed, t_after: those the profile measured
+    curves: dict[str, Curve]  # decode, verify, prefill, spread_*, wake, after_k: those measured
+    terms: dict[str, float]  # a_*, c_chunk, m_mixed: those the profile measured
     points_used: int = 0
     points_dropped: int = 0  # outliers left out of the last fit
     kinds: tuple[str, ...] = field(default=())  # step kinds the profile measured
@@ -124,10 +133,19 @@ class StepCostFit:
             return 0.0
         return float(curve(_wake_x(idle_s, curve.knots))[0]) * _wake_share(idle_s, curve.knots)
 
-    @property
-    def after_prefill_s(self) -> float:
-        """t_after: the extra time of a decode (or verify) step right after a prefill."""
-        return self.terms.get("t_after", 0.0)
+    @cached_property
+    def after_prefill_steps(self) -> int:
+        """How many decode steps after a prefill pay for it (0: the profile measured none)."""
+        return max((k for k in range(1, AFTER_PREFILL_STEPS + 1) if f"after_{k}" in self.curves),
+                   default=0)  # fmt: skip
+
+    def after_prefill_s(self, prefill_tokens: int, steps_after: int) -> float:
+        """t_k(P): the extra time of the `steps_after`-th decode (or verify) step after a step
+        that prefilled `prefill_tokens` (1: right after it); 0 where not measured."""
+        curve = self.curves.get(f"after_{steps_after}")
+        if curve is None or prefill_tokens <= 0:
+            return 0.0
+        return self.at(f"after_{steps_after}", _held_x(prefill_tokens, curve.knots))
 
     def context_s(
         self, curve: str, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
@@ -199,18 +217,21 @@ class _Columns:
         kinds: set[str],
         padded_decode: bool,
         idle_ms: np.ndarray,
-        after_prefill: np.ndarray,
+        after: AfterPrefill,
     ) -> _Columns:
         knots = {name: _knots(_curve_tokens(works, name)) for name in _curves_needed(kinds)}
         if not padded_decode:
             knots |= _spread_knots(works)
         if (idle_ms > 0).any():
             knots["wake"] = _knots(list(idle_ms[idle_ms > 0]))
+        for k in range(1, AFTER_PREFILL_STEPS + 1):
+            if (after.steps == k).any():
+                knots[f"after_{k}"] = _knots(list(after.tokens[after.steps == k]))
         offsets, column = {}, 0
         for name, k in knots.items():
             offsets[name], column = column, column + len(k)
         terms = {}
-        for name in _terms_needed(kinds, padded_decode, bool(after_prefill.any())):
+        for name in _terms_needed(kinds, padded_decode):
             terms[name], column = column, column + 1
         return cls(knots, offsets, terms, column, padded_decode)
 
@@ -242,15 +263,13 @@ def _spread_of(work: StepWork) -> float:
     return float(spread_share(work.decode_batch_size, sums, maxes)[0])
 
 
-def _terms_needed(kinds: set[str], padded_decode: bool, after_prefill: bool) -> list[str]:
+def _terms_needed(kinds: set[str], padded_decode: bool) -> list[str]:
     curves = _curves_needed(kinds)
     terms = [f"a_{name}" for name in curves]
     if kinds & {"prefill", "mixed"}:
         terms.append("c_chunk")
     if "mixed" in kinds:
         terms.append("m_mixed")
-    if after_prefill:
-        terms.append("t_after")
     return terms
 
 
@@ -303,37 +322,55 @@ def _hat_basis(knots: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def _design(
-    works: list[StepWork], columns: _Columns, idle_ms: np.ndarray, after_prefill: np.ndarray
+    works: list[StepWork], columns: _Columns, idle_ms: np.ndarray, after: AfterPrefill
 ) -> np.ndarray:
     matrix = np.zeros((len(works), columns.size))
     for row, work in enumerate(works):
         _fill_row(matrix[row], work, columns)
         if idle_ms[row] > 0:  # knots start at the shortest idle measured: no share below
             _curve_into(matrix[row], columns, "wake", idle_ms[row])
-        if after_prefill[row]:
-            matrix[row, columns.terms["t_after"]] = 1.0
+        if after.steps[row]:
+            name = f"after_{after.steps[row]}"
+            x = _held_x(after.tokens[row], columns.knots[name])
+            _curve_into(matrix[row], columns, name, x)
     return matrix
 
 
-def decodes_after_prefill(
-    works: list[StepWork], after_prefill: Iterable[bool] | None
-) -> np.ndarray:
-    """(n,) whether each step is a decode (or verify) step right after a prefilling one."""
-    flags = (
-        np.zeros(len(works), dtype=bool)
-        if after_prefill is None
-        else np.array(list(after_prefill), dtype=bool)
-    )
-    if len(flags) != len(works):
-        raise ValueError("one after-prefill flag per step")
-    return flags & np.array(
-        [not w.prefill_chunk_tokens and w.decode_batch_size > 0 for w in works], dtype=bool
-    )
+@dataclass(frozen=True)
+class AfterPrefill:
+    """Where each step stands after the last step that prefilled: `steps[i]` k ≥ 1 for the
+    k-th decode (or verify) step since it (up to AFTER_PREFILL_STEPS), which computed
+    `tokens[i]` prompt tokens; 0 for any other step."""
+
+    steps: np.ndarray  # (n,) int64
+    tokens: np.ndarray  # (n,) float64
+
+    @classmethod
+    def of(
+        cls, works: list[StepWork], since_prefill: Iterable[tuple[int, int]] | None
+    ) -> AfterPrefill:
+        """since_prefill[i]: (decode steps since the last prefill, its prompt tokens), with
+        (1, P) for the step right after it and (0, 0) where none came before."""
+        pairs = [(0, 0)] * len(works) if since_prefill is None else list(since_prefill)
+        if len(pairs) != len(works):
+            raise ValueError("one (steps, tokens) after-prefill pair per step")
+        steps = np.array([k for k, _ in pairs], dtype=np.int64).reshape(-1)
+        tokens = np.array([p for _, p in pairs], dtype=np.float64).reshape(-1)
+        decode = np.array(
+            [not w.prefill_chunk_tokens and w.decode_batch_size > 0 for w in works], dtype=bool
+        )
+        counted = decode & (steps >= 1) & (steps <= AFTER_PREFILL_STEPS) & (tokens > 0)
+        return cls(np.where(counted, steps, 0), np.where(counted, tokens, 0.0))
+
+
+def _held_x(x: float, knots: np.ndarray) -> float:
+    """A curve's argument held at its last knot: flat beyond the largest value measured."""
+    return min(float(x), float(knots[-1]))
 
 
 def _wake_x(idle_s: float, knots: np.ndarray) -> float:
     """The wake curve's argument (ms), held at its last knot: waking saturates."""
-    return min(idle_s * 1e3, float(knots[-1]))
+    return _held_x(idle_s * 1e3, knots)
 
 
 def _wake_share(idle_s: float, knots: np.ndarray) -> float:
@@ -388,19 +425,19 @@ def fit_step_costs(
     padded_decode: bool = False,
     idle_s: Iterable[float] | None = None,
     runs: list[str] | None = None,
-    after_prefill: Iterable[bool] | None = None,
+    since_prefill: Iterable[tuple[int, int]] | None = None,
 ) -> StepCostFit:
     """Fit the model to measured steps (`works[i]` took `seconds[i]`, after the engine slept
     `idle_s[i]`, 0: right after another step); `padded_decode`: the engine's decode attention
     reads every sequence as long as the batch's longest; `runs[i]`: the probe run the step
     was measured in (`name@pass`), to drop a pass that ran in a spell of the machine;
-    `after_prefill[i]`: the step came right after one that prefilled."""
+    `since_prefill[i]`: (k, P) for the k-th decode step after one that prefilled P tokens."""
     measured = np.asarray(list(seconds), dtype=np.float64)  # (n,)
     if len(works) != len(measured) or not len(works):
         raise ValueError("one measured duration per step, at least one step")
     kinds = {work_kind(work) for work in works}
     idle_ms = np.zeros(len(works)) if idle_s is None else 1e3 * np.asarray(list(idle_s))  # (n,)
-    after = decodes_after_prefill(works, after_prefill)  # (n,)
+    after = AfterPrefill.of(works, since_prefill)
     columns = _Columns.for_works(works, kinds, padded_decode, idle_ms, after)
     design = _design(works, columns, idle_ms, after)  # (n, params)
     kept = np.isfinite(measured) & (measured > 0)
@@ -461,12 +498,18 @@ def non_negative_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     x = np.zeros(columns)
     passive = np.zeros(columns, dtype=bool)
     tolerance = 1e-12 * max(1.0, float(np.abs(a).max(initial=0.0)))
+    if a.shape[0] > columns:  # ||a x − b|| = ||r x − qᵀ b|| + const: solve on r, (params, params)
+        q, a = np.linalg.qr(a)
+        b = q.T @ b
     for _ in range(3 * columns + 10):
         gradient = a.T @ (b - a @ x)  # (params,)
         candidates = ~passive & (gradient > tolerance)
         if not candidates.any():
             break
-        passive[np.argmax(np.where(candidates, gradient, -np.inf))] = True
+        best = np.where(candidates, gradient, -np.inf)  # (params,)
+        # Ties (columns alike on every point: no point tells their rises apart) go to the
+        # first, so that rounding in the factorisation does not choose.
+        passive[np.argmax(best >= best.max() * (1.0 - 1e-9))] = True
         while True:
             z = np.zeros(columns)
             z[passive], *_ = np.linalg.lstsq(a[:, passive], b, rcond=None)
