@@ -22,7 +22,7 @@ import numpy as np
 import simpy
 from simpy.events import URGENT
 
-from simulator.cost_models.base import CostModel, StepWork
+from simulator.cost_models.base import CostModel, StepWork, prefill_reach
 from simulator.decoders.apar import AparBranches
 from simulator.decoders.stepper import MultiTokenStepper, StepDraw
 from simulator.pipeline import StagePipeline
@@ -83,7 +83,7 @@ class SimReplica:
         self._generation = 0  # invalidates superseded timers
         self._start_at: float | None = None  # a pending start timer's time
         self._idle_s = 0.0  # how long the replica sat idle before the span it starts next
-        self._prefill_tokens = 0  # prompt tokens of the last committed step that prefilled
+        self._prefill_tokens = 0  # prefill_reach of the last committed step that prefilled
         self._decodes_since_prefill = 0  # decode steps committed since that step
 
     # ------------------------------------------------------------------ arrivals
@@ -157,7 +157,10 @@ class SimReplica:
     def _count_since_prefill(self, plan: StepPlan, steps: int) -> None:
         """After committing `steps` steps of `plan`: where the engine stands after a prefill."""
         if plan.prefills:
-            self._prefill_tokens = sum(chunk.tokens for chunk in plan.prefills)
+            self._prefill_tokens = prefill_reach(
+                (chunk.tokens for chunk in plan.prefills),
+                (chunk.context_tokens for chunk in plan.prefills),
+            )
             self._decodes_since_prefill = 0
         elif plan.decode_batch_size:
             self._decodes_since_prefill += steps

@@ -70,6 +70,10 @@ def test_each_step_knows_the_decode_steps_since_the_last_prefill_and_its_tokens(
     second = points_of([decode, decode, decode], [1e-3] * 3, probe="b@1")
     second = [dataclasses.replace(p, step=p.step + 1) for p in second]
     assert since_prefill(second) == [(1, 78), (2, 78), (3, 78)]
+    # A chunk over earlier chunks' KV reaches its own tokens and the cached ones it reads.
+    chunk = dataclasses.replace(mixed, prefill_chunk_tokens=(8, 4), prefill_context_tokens=(24, 0))
+    third = points_of([prefill, chunk, decode], [1e-3] * 3, probe="c@1")
+    assert since_prefill(third) == [(0, 0), (1, 16), (1, 36)]
     # A step not measured: what it computed is not known.
     gap = [dataclasses.replace(p, step=2 * p.step) for p in first[:3]]
     assert since_prefill(gap) == [(0, 0), (0, 0), (0, 0)]
@@ -117,6 +121,7 @@ def _run(
     bulk: bool = True,
     arrivals: tuple[float, ...] = (1.0, 5.0, 9.0, 13.0, 13.0),
     max_batch_size: int = 4,
+    chunk_size: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Requests of 32 prompt tokens and 6 output tokens (one prefill, then five decode steps
     each): TTFT and E2E of each."""
@@ -126,7 +131,12 @@ def _run(
         output_tokens=np.full(len(arrivals), 6),
     )
     policy = ContinuousBatching(
-        num_blocks=64, block_size=16, max_batch_size=max_batch_size, max_batched_tokens=512
+        num_blocks=64,
+        block_size=16,
+        max_batch_size=max_batch_size,
+        max_batched_tokens=512,
+        chunked_prefill=chunk_size is not None,
+        chunk_size=chunk_size or 512,
     )
     records = Simulation(workload, [policy], [cost], RoundRobin(), bulk_steps=bulk).run()
     requests = records.requests
@@ -141,6 +151,14 @@ def test_a_replica_pays_them_on_the_decode_steps_right_after_a_prefill_only() ->
     bulk, stepwise = _run(AfterPrefillCost()), _run(AfterPrefillCost(), bulk=False)
     for a, b in zip(bulk, stepwise, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_after_a_chunk_they_are_priced_by_the_cached_tokens_it_read_too() -> None:
+    # Prompts of 32 in chunks of 16: the last chunk computes 16 tokens and reads 16 cached.
+    (_, warm_e2e), (_, e2e) = (
+        _run(cost, chunk_size=16) for cost in (LinearCost(), AfterPrefillCost())
+    )
+    np.testing.assert_allclose(e2e[:3] - warm_e2e[:3], 0.003 + 0.001)
 
 
 def test_a_span_cut_after_its_first_step_pays_the_second_in_the_next() -> None:

@@ -400,7 +400,7 @@ def _print_fit_terms(model: CalibratedCostModel) -> None:
     for k in range(1, fit.after_prefill_steps + 1):
         knots = fit.curves[f"after_{k}"].knots
         prices = ", ".join(f"{t:g} +{1e3 * fit.after_prefill_s(int(t), k):.2f} ms" for t in knots)
-        print(f"  decode step {k} after a prefill, by its prompt tokens: {prices}")
+        print(f"  decode step {k} after a prefill, by prompt tokens computed and read: {prices}")
     if "wake" in fit.curves:
         knots = fit.curves["wake"].knots
         wakes = ", ".join(f"{k:.3g} ms +{1e3 * model.wake_s(k / 1e3):.2f} ms" for k in knots)

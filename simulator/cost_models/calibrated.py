@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simulator.catalogs.models import ModelSpec, resolve_model
-from simulator.cost_models.base import SplitCostModel, StepWork
+from simulator.cost_models.base import SplitCostModel, StepWork, prefill_reach
 from simulator.cost_models.calibrated_fit import (
     AfterPrefill,
     StepCostFit,
@@ -69,7 +69,7 @@ def fit_profile(points: list[ProfilePoint], profile: Profile | None = None) -> S
 
 def since_prefill(points: list[ProfilePoint]) -> list[tuple[int, int]]:
     """Per point: (steps since the last step of its probe run that prefilled, that step's
-    prompt tokens); (0, 0) where no prefill came before it. A probe run's first step is no
+    `prefill_reach`); (0, 0) where no prefill came before it. A probe run's first step is no
     point (its cost would hold the wait for the first arrival) but always prefilled (an
     engine's first step has nothing else to run): what the first decode step after it
     decodes, each sequence's prompt and its first token."""
@@ -89,7 +89,7 @@ def since_prefill(points: list[ProfilePoint]) -> list[tuple[int, int]]:
             k, tokens = last
             since[(run, step)] = (k + 1, tokens) if tokens else (0, 0)
             if point.prefill_chunk_tokens:
-                last = (0, sum(point.prefill_chunk_tokens))
+                last = (0, prefill_reach(point.prefill_chunk_tokens, point.prefill_context_tokens))
             elif tokens:
                 last = (k + 1, tokens)
     return [since[(p.probe, p.step)] for p in points]

@@ -10,7 +10,8 @@ a cost per attention key:
     prefill  h_prefill(N) + a_prefill · K + c_chunk · (chunks − 1)
     mixed    the decode (or verify) part + the prefill part + m_mixed
     + h_wake(I) for a step the engine slept I ms before (0 for a step right after another)
-    + t_k(P) for the k-th decode (or verify) step after a step that prefilled P tokens
+    + t_k(P) for the k-th decode (or verify) step after a step that prefilled, P its
+      prompt tokens computed and cached ones read (`base.prefill_reach`)
 
 B decoding sequences whose KV lengths sum to S, the longest L. An engine whose decode
 attention pads every sequence to the longest (the reference kernel, `padded_decode`) is
@@ -43,7 +44,9 @@ t_k(P) is what the k-th decode step after a prefill pays for it: the prompt's ac
 evicted the decode's working set (weights, KV), and the larger the prompt the more of it
 (measured on the CPU engine, `small` target: the first decode step +0.6 ms after 32 prompt
 tokens, +1.5 ms after 512, +2.4-2.6 ms after 2-3k; the second about 40 % of the first, the
-third 15-20 %, the fourth within noise). One curve over P per k up to
+third 15-20 %, the fourth within noise). A chunk's attention reads the earlier chunks' KV
+too, and P counts it: by the chunk's own tokens, the decode steps after such a chunk ran
+4-7 % over their price). One curve over P per k up to
 `AFTER_PREFILL_STEPS`, piecewise linear like the others, never decreasing, flat past the
 largest prefill measured (a prompt cannot evict more than everything). The grid's prefill
 and idle probes decode only right after prefilling, and every probe's first decode follows
@@ -141,7 +144,7 @@ class StepCostFit:
 
     def after_prefill_s(self, prefill_tokens: int, steps_after: int) -> float:
         """t_k(P): the extra time of the `steps_after`-th decode (or verify) step after a step
-        that prefilled `prefill_tokens` (1: right after it); 0 where not measured."""
+        whose `prefill_reach` was `prefill_tokens` (1: right after it); 0 where not measured."""
         curve = self.curves.get(f"after_{steps_after}")
         if curve is None or prefill_tokens <= 0:
             return 0.0
@@ -339,8 +342,8 @@ def _design(
 @dataclass(frozen=True)
 class AfterPrefill:
     """Where each step stands after the last step that prefilled: `steps[i]` k ≥ 1 for the
-    k-th decode (or verify) step since it (up to AFTER_PREFILL_STEPS), which computed
-    `tokens[i]` prompt tokens; 0 for any other step."""
+    k-th decode (or verify) step since it (up to AFTER_PREFILL_STEPS), whose
+    `prefill_reach` was `tokens[i]`; 0 for any other step."""
 
     steps: np.ndarray  # (n,) int64
     tokens: np.ndarray  # (n,) float64
@@ -349,7 +352,7 @@ class AfterPrefill:
     def of(
         cls, works: list[StepWork], since_prefill: Iterable[tuple[int, int]] | None
     ) -> AfterPrefill:
-        """since_prefill[i]: (decode steps since the last prefill, its prompt tokens), with
+        """since_prefill[i]: (decode steps since the last prefill, its reach P), with
         (1, P) for the step right after it and (0, 0) where none came before."""
         pairs = [(0, 0)] * len(works) if since_prefill is None else list(since_prefill)
         if len(pairs) != len(works):
@@ -431,7 +434,7 @@ def fit_step_costs(
     `idle_s[i]`, 0: right after another step); `padded_decode`: the engine's decode attention
     reads every sequence as long as the batch's longest; `runs[i]`: the probe run the step
     was measured in (`name@pass`), to drop a pass that ran in a spell of the machine;
-    `since_prefill[i]`: (k, P) for the k-th decode step after one that prefilled P tokens."""
+    `since_prefill[i]`: (k, P) for the k-th decode step after one that prefilled, of reach P."""
     measured = np.asarray(list(seconds), dtype=np.float64)  # (n,)
     if len(works) != len(measured) or not len(works):
         raise ValueError("one measured duration per step, at least one step")
