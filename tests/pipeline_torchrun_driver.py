@@ -40,4 +40,4 @@ def head(checkpoint: Path, layers: int, seed: int) -> int:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     folder, layers, seed = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    sys.exit(run_ranks(lambda: head(folder, layers, seed)))
+    run_ranks(lambda: head(folder, layers, seed))

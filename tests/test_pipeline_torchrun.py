@@ -32,3 +32,13 @@ def test_stages_started_by_torchrun_decode_like_greedy(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert "torchrun, 3 stages: equal to greedy" in result.stdout
+
+
+def test_rank_zero_leaves_with_the_status_the_command_line_asked_for(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from real_backend.pipeline.torchrun_main import exit_code
+
+    assert [exit_code(SystemExit(c)) for c in (None, 0, 2)] == [0, 0, 2]
+    assert exit_code(SystemExit("scenario.yaml: workload.rate: expected a number")) == 1
+    assert "workload.rate" in capsys.readouterr().err

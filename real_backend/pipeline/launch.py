@@ -17,13 +17,14 @@ import contextlib
 import datetime
 import os
 import queue
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -34,6 +35,7 @@ from real_backend.pipeline.messages import (
     Heartbeat,
     LinkFailure,
     Ready,
+    Release,
     RunResult,
     SessionClosed,
     Shutdown,
@@ -49,7 +51,17 @@ STORE_PREFIX = "workbench-pipeline"
 LOST_PEER_EXIT = 3  # a stage that stopped because a peer went away (worker.PeerLost)
 LAST_WORDS_S = 0.5  # how long a failed stage's own report is awaited after its exit
 POLL_S = 0.05  # how often a blocked head looks at the stages' health
+CLOSE_WAIT_S = 10.0  # how long a shutdown waits for the workers' Closed, and they for Release
 CONNECT_GRACE_S = 120.0  # spawned stages import torch before they connect
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave the process at once, its output flushed: the receiver threads still blocked on
+    peers that left must not meet the group's destructors at interpreter exit (which
+    aborts the process now and then: `terminate called without an active exception`)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def process_group(store: dist.Store, rank: int, world: int) -> dist.ProcessGroup:
@@ -218,17 +230,25 @@ class Pipeline:
                 process.join(timeout=5.0)
 
     def _stop_politely(self) -> None:
+        """Shutdown to every worker; once all have closed, Release: none exits while a
+        neighbour still serves."""
         for rank in range(1, self.world):
             self.send(rank, Shutdown())
         self.channel.flush()
+        for rank in self._await_closed():
+            self.send(rank, Release())
+        self.channel.flush()
+
+    def _await_closed(self) -> set[int]:
         closed: set[int] = set()
-        deadline = time.monotonic() + 10.0
+        deadline = time.monotonic() + CLOSE_WAIT_S
         while len(closed) < self.world - 1:
             message = self._receive(deadline=deadline)
             if message is None:
-                return
+                break
             if isinstance(message[1], Closed):
                 closed.add(message[0])
+        return closed
 
 
 def closed(src: int, message: Any) -> bool:

@@ -157,3 +157,9 @@ class Closed:
     """The last message a worker sends: the head's receiver can stop."""
 
     rank: int
+
+
+@dataclass
+class Release:
+    """The head's last message, once every worker has closed: a worker may exit now (one
+    that left earlier would look like a lost link to a neighbour still serving)."""

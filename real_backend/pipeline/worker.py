@@ -20,7 +20,9 @@ import torch
 
 from real_backend.model.transformer import SeqStep
 from real_backend.pipeline.launch import (
+    CLOSE_WAIT_S,
     LOST_PEER_EXIT,
+    exit_now,
     file_store,
     process_group,
     stage_name,
@@ -34,6 +36,7 @@ from real_backend.pipeline.messages import (
     LinkFailure,
     Payload,
     Ready,
+    Release,
     RunMessage,
     RunResult,
     SessionClosed,
@@ -64,7 +67,7 @@ class StageWorker:
         self.world = world
         self.cancelled: set[int] = set()
         peers = {HEAD, rank - 1, rank + 1} & set(range(world))
-        self.channel = Channel(group, rank, peers, self._on_cancel, _is_shutdown)
+        self.channel = Channel(group, rank, peers, self._on_cancel, _is_release)
         self.stage: StageModel | None = None
         self.cache = None
         self.heartbeat_s = 1.0
@@ -87,7 +90,23 @@ class StageWorker:
             self.channel.flush()
             raise
         self.channel.send(HEAD, Closed(self.rank))
+        self._await_release()
         self.channel.close()
+
+    def _await_release(self) -> None:
+        """Stay until the head's Release: a neighbour that has not yet seen its Shutdown
+        would take this stage's exit for a lost link. A link failure means nothing now, but
+        the head's: it will not release anyone."""
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                src, message = self.channel.inbox.get(timeout=min(left, self.heartbeat_s))
+            except queue.Empty:
+                if self.head_pid is not None and not _alive(self.head_pid):
+                    return
+                continue
+            if isinstance(message, Release) or (isinstance(message, LinkFailure) and src == HEAD):
+                return
 
     def _next(self) -> tuple[int, Any]:
         while True:
@@ -189,8 +208,8 @@ class StageWorker:
         return True
 
 
-def _is_shutdown(src: int, message: Any) -> bool:
-    return isinstance(message, Shutdown)
+def _is_release(src: int, message: Any) -> bool:
+    return isinstance(message, Release)
 
 
 def _alive(pid: int) -> bool:
@@ -219,6 +238,4 @@ def serve_and_exit(worker: StageWorker) -> None:
     except BaseException:
         traceback.print_exc()
         code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_now(code)
