@@ -51,7 +51,8 @@ STORE_PREFIX = "workbench-pipeline"
 LOST_PEER_EXIT = 3  # a stage that stopped because a peer went away (worker.PeerLost)
 LAST_WORDS_S = 0.5  # how long a failed stage's own report is awaited after its exit
 POLL_S = 0.05  # how often a blocked head looks at the stages' health
-CLOSE_WAIT_S = 10.0  # how long a shutdown waits for the workers' Closed, and they for Release
+CLOSE_WAIT_S = 10.0  # how long a shutdown waits for the workers' Closed
+RELEASE_WAIT_S = 2 * CLOSE_WAIT_S  # a worker's wait for Release: longer, so none leaves early
 CONNECT_GRACE_S = 120.0  # spawned stages import torch before they connect
 
 
@@ -235,20 +236,23 @@ class Pipeline:
         for rank in range(1, self.world):
             self.send(rank, Shutdown())
         self.channel.flush()
-        for rank in self._await_closed():
-            self.send(rank, Release())
-        self.channel.flush()
-
-    def _await_closed(self) -> set[int]:
         closed: set[int] = set()
+        try:
+            self._await_closed(closed)
+        finally:  # those that closed are released even when another failed
+            for rank in closed:
+                self.send(rank, Release())
+            self.channel.flush()
+
+    def _await_closed(self, closed: set[int]) -> None:
         deadline = time.monotonic() + CLOSE_WAIT_S
         while len(closed) < self.world - 1:
             message = self._receive(deadline=deadline)
             if message is None:
-                break
+                return
             if isinstance(message[1], Closed):
                 closed.add(message[0])
-        return closed
+                self.heard.pop(message[0], None)  # silent from now on, and rightly so
 
 
 def closed(src: int, message: Any) -> bool:

@@ -40,7 +40,12 @@ def run_ranks(head: Callable[[], int]) -> NoReturn:
     if rank > 0:
         serve_and_exit(StageWorker(group, rank, world))
     channel = Channel(group, 0, range(1, world), is_final=closed)
-    pipeline = Pipeline(channel, world, DEFAULT_TIMEOUT_S)
+    exit_now(head_status(head, Pipeline(channel, world, DEFAULT_TIMEOUT_S)))
+
+
+def head_status(head: Callable[[], int], pipeline: Pipeline) -> int:
+    """Run `head` with the pipeline attached, then stop its stages: the exit status, whatever
+    happened in either."""
     code = 1
     try:
         with attached_pipeline(pipeline):
@@ -49,9 +54,12 @@ def run_ranks(head: Callable[[], int]) -> NoReturn:
         code = exit_code(exc)
     except BaseException:
         traceback.print_exc()
-    finally:
+    try:
         pipeline.shutdown()
-    exit_now(code)
+    except BaseException:  # an interrupt while waiting for the stages: leave all the same
+        traceback.print_exc()
+        code = code or 1
+    return code
 
 
 def exit_code(exc: SystemExit) -> int:

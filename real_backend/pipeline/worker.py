@@ -20,8 +20,8 @@ import torch
 
 from real_backend.model.transformer import SeqStep
 from real_backend.pipeline.launch import (
-    CLOSE_WAIT_S,
     LOST_PEER_EXIT,
+    RELEASE_WAIT_S,
     exit_now,
     file_store,
     process_group,
@@ -77,7 +77,8 @@ class StageWorker:
     # ------------------------------------------------------------------ main loop
 
     def serve(self) -> None:
-        """Handle messages until Shutdown; any failure is reported to the head, then raised."""
+        """Handle messages until Shutdown, then say Closed and wait for the head's Release;
+        any failure is reported to the head, then raised."""
         try:
             while True:
                 _src, message = self._next()
@@ -97,7 +98,7 @@ class StageWorker:
         """Stay until the head's Release: a neighbour that has not yet seen its Shutdown
         would take this stage's exit for a lost link. A link failure means nothing now, but
         the head's: it will not release anyone."""
-        deadline = time.monotonic() + CLOSE_WAIT_S
+        deadline = time.monotonic() + RELEASE_WAIT_S
         while (left := deadline - time.monotonic()) > 0:
             try:
                 src, message = self.channel.inbox.get(timeout=min(left, self.heartbeat_s))

@@ -69,10 +69,10 @@ def fit_profile(points: list[ProfilePoint], profile: Profile | None = None) -> S
 
 def since_prefill(points: list[ProfilePoint]) -> list[tuple[int, int]]:
     """Per point: (steps since the last step of its probe run that prefilled, that step's
-    `prefill_reach`); (0, 0) where no prefill came before it. A probe run's first step is no
-    point (its cost would hold the wait for the first arrival) but always prefilled (an
-    engine's first step has nothing else to run): what the first decode step after it
-    decodes, each sequence's prompt and its first token."""
+    `prefill_reach`), for prefilling steps too (`AfterPrefill.of` prices decode steps only);
+    (0, 0) where no prefill came before it. A probe run's first step is no point (its cost
+    would hold the wait for the first arrival) but always prefilled (an engine's first step
+    has nothing else to run) what the first decode step after it decodes."""
     by_run: dict[str, dict[int, ProfilePoint]] = {}
     for point in points:
         by_run.setdefault(point.probe, {})[point.step] = point
@@ -97,10 +97,8 @@ def since_prefill(points: list[ProfilePoint]) -> list[tuple[int, int]]:
 
 def _first_prefill_tokens(second: ProfilePoint) -> int:
     """The prompt tokens a probe run's first step computed, seen from its second step: the
-    prompts (each with its first token) that it decodes, or the chunk's cached tokens when it
-    goes on prefilling the same prompt."""
-    if second.prefill_chunk_tokens:
-        return max(second.prefill_context_tokens, default=0)
+    prompts that it decodes (each KV its prompt and first token; a request that ended at the
+    first step is not seen). A second step that prefills is priced by its own prefill."""
     return max(second.decode_context_sum - second.decode_batch_size, 0)
 
 

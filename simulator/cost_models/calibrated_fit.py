@@ -45,13 +45,14 @@ evicted the decode's working set (weights, KV), and the larger the prompt the mo
 (measured on the CPU engine, `small` target: the first decode step +0.6 ms after 32 prompt
 tokens, +1.5 ms after 512, +2.4-2.6 ms after 2-3k; the second about 40 % of the first, the
 third 15-20 %, the fourth within noise). A chunk's attention reads the earlier chunks' KV
-too, and P counts it: by the chunk's own tokens, the decode steps after such a chunk ran
-4-7 % over their price). One curve over P per k up to
-`AFTER_PREFILL_STEPS`, piecewise linear like the others, never decreasing, flat past the
-largest prefill measured (a prompt cannot evict more than everything). The grid's prefill
-and idle probes decode only right after prefilling, and every probe's first decode follows
-its first prefill: without the terms those steps raise every small-batch decode price (by
-5-6 % at batch 1 on the CPU, with one t for every prompt size and the first step only).
+too, and P counts it (by the chunk's own tokens, the decode steps after such a chunk ran
+4-7 % over their price). One curve over P per k up to `AFTER_PREFILL_STEPS`, piecewise
+linear like the others, never decreasing, flat past the largest prefill measured (a prompt
+cannot evict more than everything) and below the smallest (a smaller one is priced as it).
+The grid's prefill and idle probes decode only right after prefilling, and every probe's
+first decode follows its first prefill: without the terms those steps raise every
+small-batch decode price (by 5-6 % at batch 1 on the CPU, with one t for every prompt size
+and the first step only).
 
 Every term is linear in the parameters, so the fit is a linear least-squares problem in
 relative error: a 1 ms step counts as much as a 100 ms one. It starts weighted by the
@@ -501,6 +502,9 @@ def non_negative_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     x = np.zeros(columns)
     passive = np.zeros(columns, dtype=bool)
     tolerance = 1e-12 * max(1.0, float(np.abs(a).max(initial=0.0)))
+    # Singular values cut as lstsq cuts them on the whole design (eps × its larger side): on
+    # the factor the default would keep near-alike columns and their huge opposite parts.
+    rcond = np.finfo(np.float64).eps * max(a.shape)
     if a.shape[0] > columns:  # ||a x − b|| = ||r x − qᵀ b|| + const: solve on r, (params, params)
         q, a = np.linalg.qr(a)
         b = q.T @ b
@@ -515,7 +519,7 @@ def non_negative_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         passive[np.argmax(best >= best.max() * (1.0 - 1e-9))] = True
         while True:
             z = np.zeros(columns)
-            z[passive], *_ = np.linalg.lstsq(a[:, passive], b, rcond=None)
+            z[passive], *_ = np.linalg.lstsq(a[:, passive], b, rcond=rcond)
             if (z[passive] > 0).all():
                 x = z
                 break
