@@ -158,33 +158,36 @@ def _attend_new_tokens(
 @triton.jit
 def _store_rows(
     out_ptr, part_m_ptr, part_l_ptr, m_i, l_i, acc, flat_row, row_in, dims, dim_valid, split,
-    HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    num_splits, HEAD_DIM: tl.constexpr, SPLIT_KV: tl.constexpr,
 ):  # fmt: skip
     """The normalised output rows, or with split-KV this split's partial (max, sum, acc)."""
     tile_mask = row_in[:, None] & dim_valid[None, :]
-    if NUM_SPLITS == 1:
+    if not SPLIT_KV:
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]  # rows that saw nothing stay zero
         offs = flat_row[:, None] * HEAD_DIM + dims[None, :]
         tl.store(out_ptr + offs, out.to(out_ptr.dtype.element_ty), mask=tile_mask)
     else:
-        part = flat_row * NUM_SPLITS + split  # (BLOCK_M,)
+        part = flat_row * num_splits + split  # (BLOCK_M,)
         tl.store(part_m_ptr + part, m_i, mask=row_in)
         tl.store(part_l_ptr + part, l_i, mask=row_in)
         tl.store(out_ptr + part[:, None] * HEAD_DIM + dims[None, :], acc, mask=tile_mask)
 
 
-@triton.jit
+# Every integer that changes from step to step is a plain argument, never specialised on: each
+# new value of a constexpr, or of an integer Triton specialises (== 1, divisible by 16), is a
+# variant compiled on first use, 0.7-1 s on an H100 host, a stall in the middle of a run.
+@triton.jit(do_not_specialize=["q_len", "stride_table", "num_splits"])
 def _paged_tree_attention_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, part_m_ptr, part_l_ptr,
     table_ptr, context_lens_ptr, new_lens_ptr, mask_ptr,
-    qk_scale, q_len, n_heads, stride_table, stride_block, stride_slot, stride_head,
+    qk_scale, q_len, n_heads, stride_table, stride_block, stride_slot, stride_head, num_splits,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, IS_CAUSAL: tl.constexpr, DOT_IN_FP32: tl.constexpr,
+    SPLIT_KV: tl.constexpr, IS_CAUSAL: tl.constexpr, DOT_IN_FP32: tl.constexpr,
 ):  # fmt: skip
     """One (query tile, split) x kv head x sequence: its rows' outputs, or their partials."""
-    tile = tl.program_id(0) // NUM_SPLITS
-    split = tl.program_id(0) % NUM_SPLITS
+    tile = tl.program_id(0) // num_splits
+    split = tl.program_id(0) % num_splits
     kv = tl.program_id(1)
     b = tl.program_id(2).to(tl.int64)
     ctx = tl.load(context_lens_ptr + b)
@@ -206,7 +209,7 @@ def _paged_tree_attention_kernel(
     head_off = kv * stride_head
 
     # Cached context: this split's range, seen by every valid row.
-    chunk = tl.cdiv(tl.cdiv(ctx, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    chunk = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
     lo = split * chunk
     m_i, l_i, acc = _attend_context(
         q, m_i, l_i, acc, k_ptr, v_ptr, table_row, head_off, dims, dim_valid, row_valid,
@@ -214,7 +217,7 @@ def _paged_tree_attention_kernel(
         BLOCK_SIZE, BLOCK_N, DOT_IN_FP32,
     )  # fmt: skip
     # New tokens, in the last split only; causally, none past the tile's last query.
-    new_hi = tl.where(split == NUM_SPLITS - 1, n_new, 0)
+    new_hi = tl.where(split == num_splits - 1, n_new, 0)
     if IS_CAUSAL:
         new_hi = tl.minimum(new_hi, (tile * BLOCK_M + BLOCK_M - 1) // GROUP + 1)
     m_i, l_i, acc = _attend_new_tokens(
@@ -224,20 +227,20 @@ def _paged_tree_attention_kernel(
     )  # fmt: skip
     _store_rows(
         out_ptr, part_m_ptr, part_l_ptr, m_i, l_i, acc, flat_row, query < q_len,
-        dims, dim_valid, split, HEAD_DIM, NUM_SPLITS,
+        dims, dim_valid, split, num_splits, HEAD_DIM, SPLIT_KV,
     )  # fmt: skip
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _merge_splits_kernel(
-    part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr,
-    NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    part_m_ptr, part_l_ptr, part_acc_ptr, out_ptr, num_splits,
+    BLOCK_S: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     """One output row (b, i, head) from its splits' partials; empty splits weigh zero."""
     row = tl.program_id(0).to(tl.int64)
-    splits = tl.arange(0, BLOCK_S)
-    split_valid = splits < NUM_SPLITS
-    part = row * NUM_SPLITS + splits  # (BLOCK_S,)
+    splits = tl.arange(0, BLOCK_S)  # (BLOCK_S,) >= num_splits
+    split_valid = splits < num_splits
+    part = row * num_splits + splits  # (BLOCK_S,)
     m = tl.load(part_m_ptr + part, mask=split_valid, other=float("-inf"))
     l_s = tl.load(part_l_ptr + part, mask=split_valid, other=0.0)
     m_max = tl.max(m, 0)
@@ -329,6 +332,12 @@ def _output(q: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
     return out
 
 
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """``t`` at a 16-byte aligned address (copied if not): Triton specialises on each pointer's
+    alignment, so a view at an odd offset would compile, and stall on, a variant of its own."""
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
 def paged_tree_attention(
     q: torch.Tensor,  # (B, Q, nh, hd) padded new queries
     k_cache: torch.Tensor,  # (num_blocks, block_size, n_kv, hd)
@@ -373,7 +382,7 @@ def plan_paged_tree_attention(
         return [], out
     launch = _plan_launch(q, k_cache, block_tables, num_splits)
     device = q.device
-    tables = block_tables.to(device=device).contiguous()  # (B, max_blocks)
+    tables = _aligned(block_tables.to(device=device).contiguous())  # (B, max_blocks)
     mask = q if tree_mask is None else tree_mask.to(device=device, dtype=torch.bool)
     mask = mask.contiguous().view(torch.uint8) if tree_mask is not None else mask
     splits = launch.num_splits
@@ -385,23 +394,22 @@ def plan_paged_tree_attention(
         target = torch.empty((B, Q, nh, splits, hd), dtype=torch.float32, device=device)
     args = (
         q.contiguous(), k_cache, v_cache, target, part_m, part_l,
-        tables, context_lens.to(device=device, dtype=torch.int64),
-        new_lens.to(device=device, dtype=torch.int64), mask,
+        tables, _aligned(context_lens.to(device=device, dtype=torch.int64)),
+        _aligned(new_lens.to(device=device, dtype=torch.int64)), mask,
         scale * math.log2(math.e), Q, nh, tables.stride(0),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), splits,
     )  # fmt: skip
     kwargs = dict(
         GROUP=launch.group, HEAD_DIM=hd, BLOCK_D=launch.block_d, BLOCK_SIZE=k_cache.shape[1],
-        BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, NUM_SPLITS=splits,
+        BLOCK_M=launch.block_m, BLOCK_N=launch.block_n, SPLIT_KV=splits > 1,
         IS_CAUSAL=tree_mask is None, DOT_IN_FP32=dot_in_fp32(q.dtype),
         num_warps=launch.num_warps,
     )  # fmt: skip
     grid = (launch.tiles * splits, k_cache.shape[2], B)
     calls = [KernelCall(_paged_tree_attention_kernel, grid, args, kwargs)]
     if splits > 1:
-        merge_constexprs = dict(
-            NUM_SPLITS=splits, BLOCK_S=next_power_of_2(splits), HEAD_DIM=hd, BLOCK_D=launch.block_d
-        )
-        merge_args = (part_m, part_l, target, out)
+        block_s = max(MAX_SPLITS, next_power_of_2(splits))  # one variant for every chosen count
+        merge_constexprs = dict(BLOCK_S=block_s, HEAD_DIM=hd, BLOCK_D=launch.block_d)
+        merge_args = (part_m, part_l, target, out, splits)
         calls.append(KernelCall(_merge_splits_kernel, (B * Q * nh,), merge_args, merge_constexprs))
     return calls, out

@@ -80,7 +80,7 @@ def _tree_path(mismatch, parent, node, BLOCK_T: tl.constexpr, LOG2_T: tl.constex
     return best, path, cur
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_nodes", "stride_draft", "stride_parents"])  # vary by step
 def _verify_walk_kernel(
     argmax_ptr, draft_ptr, draft_lens_ptr, parents_ptr,
     accepted_len_ptr, bonus_ptr, path_ptr,

@@ -72,6 +72,8 @@ def greedy_verify(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # (B,), (B,), (B, T) int64
     """Accepted length, bonus token and accepted path of greedy verification (see module)."""
     B, T, _ = logits.shape
+    if draft_tokens.shape != (B, T - 1):  # the Triton kernel's contract, checked alike here
+        raise ValueError(f"draft_tokens must be ({B}, {T - 1}), got {tuple(draft_tokens.shape)}")
     device = logits.device
     argmax = logits.argmax(-1)  # (B, T), first maximum on ties
     if parents is None:

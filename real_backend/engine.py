@@ -27,6 +27,7 @@ from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest
 from real_backend.decoders.vanilla import VanillaDecoder
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.transformer import SeqStep, Transformer
+from real_backend.model.warm_up import warm_up
 from real_backend.sampling import next_token, request_generator
 from workbench.apar_records import BranchBook, reassemble
 from workbench.apar_trees import BranchTree
@@ -99,6 +100,9 @@ class RealEngine:
         progress: Callable[[int], None] | None = None,
     ) -> tuple[RunRecords, dict[int, list[int]]]:
         """Serve every request; returns the records and each request's emitted tokens."""
+        models = [(self.model, self.cache.block_size), *self.decoder.draft_caches()]
+        for model, block_size in models:
+            warm_up(model, block_size)  # compile on CUDA now, not mid-run
         self.recorder = Recorder(len(workload))
         self._workload, self._prompts, self._progress = workload, prompts, progress
         self._released = 0

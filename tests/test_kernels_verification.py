@@ -160,3 +160,11 @@ def test_triton_on_cuda_at_scale(tree):
         got = greedy_verify(*cuda)
         for g, e in zip(got, expected, strict=True):
             assert torch.equal(g.cpu(), e)
+
+
+def test_reference_refuses_drafts_of_another_width_as_the_kernel_does():
+    """The decoders pass exactly (B, T - 1) drafted tokens: a padded width that the reference
+    accepted made the Triton kernel refuse speculative steps without a drafted token."""
+    with pytest.raises(ValueError, match=r"draft_tokens must be \(1, 0\)"):
+        run_reference([[1]], [[0]], [0])
+    assert run_reference([[1]], [[]], [0]) == [[0], [1], [[0]]]

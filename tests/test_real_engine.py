@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tiny_models import TINY_SHAPE
+from tiny_models import saved_random_llama
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -23,15 +23,8 @@ N = 10
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    config = transformers.LlamaConfig(**TINY_SHAPE, vocab_size=VOCAB)
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    hf = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.normal_(0.0, 0.3)
     folder = tmp_path_factory.mktemp("engine")
-    hf.save_pretrained(folder)  # fp32 on disk; both sides compute in fp64 below
+    hf = saved_random_llama(folder, VOCAB, scale=0.3)  # fp32 on disk; fp64 on both sides below
     return folder, hf.double()
 
 

@@ -198,6 +198,9 @@ class AparDecoder(Decoder):
             self.speculation = SpeculativeDecoder(model, cache, drafter, speculative, rules)
             self.lookahead_slots = self.speculation.lookahead_slots
 
+    def draft_caches(self) -> list[tuple[Transformer, int]]:
+        return [] if self.speculation is None else self.speculation.draft_caches()
+
     def release(self, request_id: int) -> None:
         if self.speculation is not None:
             self.speculation.release(request_id)

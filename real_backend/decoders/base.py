@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
+
+if TYPE_CHECKING:
+    from real_backend.model.transformer import Transformer
 
 
 @dataclass
@@ -58,3 +61,8 @@ class Decoder(ABC):
 
     def release(self, request_id: int) -> None:  # noqa: B027 (optional hook)
         """Forget a finished or preempted request's decoder state."""
+
+    def draft_caches(self) -> list[tuple[Transformer, int]]:
+        """The models this decoder runs besides the target, each with its cache's block size
+        (the engine warms their kernels up too)."""
+        return []

@@ -51,6 +51,9 @@ class SpeculativeDecoder(Decoder):
         self.drafter.release(request_id)
         self._recent.pop(request_id, None)
 
+    def draft_caches(self) -> list[tuple[Transformer, int]]:
+        return [(self.drafter.model, self.drafter.cache.block_size)]
+
     def decode(self, batch: list[DecodeRequest]) -> DecodeOutcome:
         return self.decode_with(batch, [])[0]
 
@@ -163,7 +166,7 @@ class SpeculativeDecoder(Decoder):
         argmax after its parent, i.e. what greedy decoding would emit there."""
         padded = pad_sequence(logits, batch_first=True)  # (B, T, V)
         B, T = padded.shape[:2]
-        tokens = torch.zeros(B, max(T - 1, 1), dtype=torch.long)  # (B, T-1) drafted tokens
+        tokens = torch.zeros(B, T - 1, dtype=torch.long)  # (B, T-1) drafted tokens
         parents = torch.zeros(B, T, dtype=torch.long)  # (B, T) node j's parent node
         for b, d in enumerate(drafts):
             tokens[b, : len(d.tokens)] = torch.tensor(d.tokens, dtype=torch.long)

@@ -209,7 +209,11 @@ def prepare_step(
         contexts.append(ctx)
         lengths.append(n)
     ids, pos, slot_mapping = torch.tensor([tokens, positions, slots], device=device)  # (N,)
-    context_lens, new_lens = torch.tensor([contexts, lengths], device=device)  # (B,)
+    # One copy for both, each row 16-byte aligned (an even width): Triton compiles a variant
+    # per pointer alignment, and an odd batch would misalign the second row.
+    pad = [0] * (B % 2)
+    lens = torch.tensor([contexts + pad, lengths + pad], device=device)  # (2, B rounded up)
+    context_lens, new_lens = lens[0, :B], lens[1, :B]  # (B,) each
     meta = AttentionMeta(
         slot_mapping=slot_mapping,
         block_tables=cache.block_tables([s.seq for s in plan]),
