@@ -21,6 +21,7 @@ decoding each request's APAR answer): requests per second, p50/p99 E2E, steps.
 
     python benchmarks/apar_speed.py [--zoo apar-small] [--prompts 24] [--max-new 160]
         [--repeat 3] [--threads 1] [--load 2 4 8] [--speculative 4] [--kernels reference]
+        [--device cuda --dtype bf16 --kernels triton]
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from workbench.scenario.decoders import AparDecoderConfig, AparSpeculationConfig
 from workbench.scheduling.continuous import ContinuousBatching
 from workbench.workload.requests import Workload
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PROMPTS = Path(__file__).resolve().parent.parent / "data" / "prompts" / "apar_stdlib.jsonl"
 BLOCK = 16
 
@@ -144,16 +146,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--load", type=float, nargs="*", default=[], help="request rates")
     parser.add_argument(
-        "--kernels", choices=["grouped", "reference"], default="grouped",
-        help="attention kernels (reference: every row padded to the step's longest)",
+        "--kernels", choices=["grouped", "reference", "triton"], default="grouped",
+        help="attention kernels (reference: every row padded to the step's longest; "
+        "triton: CUDA only)",
     )  # fmt: skip
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
     parser.add_argument(
         "--speculative", type=int, default=0, help="k: also run APAR and vanilla speculating"
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     folder = resolve_zoo_model(args.zoo, "target")
-    model = load_checkpoint(folder, torch.float32, "cpu")
+    dtype = DTYPES[args.dtype]
+    model = load_checkpoint(folder, dtype, args.device)
     model.fuse()
     model.use_kernels(args.kernels)
     from tokenizers import Tokenizer
@@ -166,7 +172,7 @@ def main() -> None:
     skip = {tokens.fork} | set(eos)
     draft = None
     if args.speculative:
-        draft = load_checkpoint(resolve_zoo_model(args.zoo, "draft"), torch.float32, "cpu")
+        draft = load_checkpoint(resolve_zoo_model(args.zoo, "draft"), dtype, args.device)
         draft.fuse()
         draft.use_kernels(args.kernels)
     compared = methods(model, tokens, draft, args.speculative)

@@ -15,7 +15,10 @@ It reports per method and prompt category: wall-clock tokens/s, speed-up over ou
 tokens per target forward, and whether the greedy outputs equal our vanilla's.
 
     python benchmarks/decoding_speed.py [--zoo small] [--prompts 10] [--new-tokens 96]
-        [--threads 1] [--lookahead W N G [W N G ...]]
+        [--threads 1] [--lookahead W N G [W N G ...]] [--device cuda --dtype bf16]
+
+On CUDA every method runs on the card in the same dtype (ours with its default kernels,
+Triton); each generator returns token lists, so every timed call ends synchronised.
 """
 
 from __future__ import annotations
@@ -108,20 +111,31 @@ def ours(
     return generate
 
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def hf(
-    folder: Path, new_tokens: int, assistant: Path | None = None, k: int = 0, **generation
+    folder: Path,
+    new_tokens: int,
+    assistant: Path | None = None,
+    k: int = 0,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    **generation,
 ) -> Callable:
     """`generate` on the checkpoint; with `assistant`, assisted generation drafting exactly k
     tokens a round. transformers reads the draft length, its schedule and the confidence
     threshold from the *assistant's* generation config (left at its defaults, a 0.4 threshold
     cuts drafts short and the "heuristic" schedule carries k between calls), so they are set
     there."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    model = model.to(device).eval()
     calls = [0]
     model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     kwargs = {}
     if assistant is not None:
-        draft = transformers.AutoModelForCausalLM.from_pretrained(assistant, dtype=torch.float32)
+        draft = transformers.AutoModelForCausalLM.from_pretrained(assistant, dtype=dtype)
+        draft = draft.to(device)
         draft.generation_config.num_assistant_tokens = k
         draft.generation_config.num_assistant_tokens_schedule = "constant"
         draft.generation_config.assistant_confidence_threshold = 0.0  # never stop early
@@ -132,7 +146,7 @@ def hf(
     )  # fmt: skip
 
     def generate(prompt: list[int]) -> tuple[list[int], int]:
-        ids = torch.tensor([prompt])
+        ids = torch.tensor([prompt], device=device)
         calls[0] = 0
         with torch.no_grad():
             out = model.generate(
@@ -144,10 +158,16 @@ def hf(
 
 
 def methods(
-    zoo: str, k: int, new_tokens: int, shapes: list[tuple[int, int, int]]
+    zoo: str,
+    k: int,
+    new_tokens: int,
+    shapes: list[tuple[int, int, int]],
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
 ) -> dict[str, Callable]:
     target_dir, draft_dir = resolve_zoo_model(zoo, "target"), resolve_zoo_model(zoo, "draft")
-    target = load_checkpoint(target_dir)
+    target = load_checkpoint(target_dir, dtype, device)
+    on = {"device": device, "dtype": dtype}
     draft = load_draft(draft_dir, target)
     spec = SpeculativeDecoderConfig(kind="speculative", num_speculative_tokens=k)
     tree = SpeculativeDecoderConfig(
@@ -171,9 +191,9 @@ def methods(
         f"ours speculative adaptive k<={k + 2}": ours(target, draft, adaptive, new_tokens),
         "ours speculative tree 2-2-1-1": ours(target, draft, tree, new_tokens),
         **lookahead,
-        "hf generate": hf(target_dir, new_tokens),
-        f"hf assisted k={k}": hf(target_dir, new_tokens, draft_dir, k),
-        "hf prompt lookup 10": hf(target_dir, new_tokens, prompt_lookup_num_tokens=10),
+        "hf generate": hf(target_dir, new_tokens, **on),
+        f"hf assisted k={k}": hf(target_dir, new_tokens, draft_dir, k, **on),
+        "hf prompt lookup 10": hf(target_dir, new_tokens, prompt_lookup_num_tokens=10, **on),
     }
 
 
@@ -237,6 +257,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=2, help="best of this many runs per prompt")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     target = resolve_zoo_model(args.zoo, "target")
@@ -246,7 +268,9 @@ def main() -> None:
         ap.error("--lookahead takes W N G triples")
     look = args.lookahead
     shapes = [(look[i], look[i + 1], look[i + 2]) for i in range(0, len(look), 3)]
-    generators = methods(args.zoo, args.k, args.new_tokens, shapes)
+    generators = methods(args.zoo, args.k, args.new_tokens, shapes, args.device, DTYPES[args.dtype])
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    print(f"device {args.device} ({device}), dtype {args.dtype}, torch {torch.__version__}")
     results = run(prompts, generators, args.repeat)
     print(table(results, counts))
     if args.out:

@@ -1,4 +1,4 @@
-"""Real backend speed on CPU: our engine vs `transformers.generate` on the same checkpoint.
+"""Real backend speed: our engine vs `transformers.generate` on the same checkpoint (CPU or CUDA).
 
 Opt-in. Two measurements (greedy, fixed output lengths, EOS ignored by both sides):
 - batch 1: one request at a time, tokens/s over the generated tokens;
@@ -8,7 +8,11 @@ Opt-in. Two measurements (greedy, fixed output lengths, EOS ignored by both side
   run to the longest output; aggregate useful tokens/s.
 
     python benchmarks/real_backend_speed.py CHECKPOINT_FOLDER [--threads 2] [--scale 8]
-        [--kernels reference]
+        [--kernels reference] [--device cuda --dtype bf16]
+
+On CUDA both sides run in the same dtype; each side runs once untimed first (Triton's
+compilation and cuBLAS's handles stay out of the numbers; the CPU figures were measured
+without such a run) and a timed run ends on a device synchronisation.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ LENGTHS = (
     Path(__file__).resolve().parent.parent / "data" / "seqsched" / "alpaca-val-10k-length.json"
 )
 BLOCK = 16
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def spread_lengths(n: int, scale: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -63,14 +68,20 @@ def ours(model: Transformer, prompts: list[list[int]], outputs: np.ndarray, batc
     engine = RealEngine(model, model.new_cache(num_blocks, BLOCK), policy, options)
     start = time.perf_counter()
     engine.serve(workload, prompts)
+    synchronize()
     return time.perf_counter() - start
+
+
+def synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def hf_generate(hf, prompts: list[list[int]], outputs: np.ndarray, pad_id: int) -> float:
     """Seconds for `generate` on one left-padded batch run to the longest output."""
     width = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=hf.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=hf.device)
     n = int(outputs.max())
     config = transformers.GenerationConfig(
         max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=pad_id
@@ -78,6 +89,7 @@ def hf_generate(hf, prompts: list[list[int]], outputs: np.ndarray, pad_id: int) 
     start = time.perf_counter()
     with torch.inference_mode():
         hf.generate(ids, attention_mask=mask, generation_config=config)
+    synchronize()
     return time.perf_counter() - start
 
 
@@ -89,35 +101,52 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=3, help="requests for the batch-1 case")
     parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (median)")
     parser.add_argument(
-        "--kernels", choices=["auto", "grouped", "reference"], default="auto",
-        help="our engine's attention kernels (auto: grouped on CPU)",
+        "--kernels", choices=["auto", "triton", "grouped", "reference"], default="auto",
+        help="our engine's attention kernels (auto: grouped on CPU, Triton on CUDA)",
     )  # fmt: skip
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(args.checkpoint).eval()
-    model = load_checkpoint(args.checkpoint)
+    dtype = DTYPES[args.dtype]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=dtype)
+    hf = hf.to(args.device).eval()
+    model = load_checkpoint(args.checkpoint, dtype=dtype, device=args.device)
     model.use_kernels(args.kernels)
+    print(f"device {args.device} ({_device_name(args.device)}), dtype {args.dtype}, "
+          f"kernels {model.kernel_set().name}, torch {torch.__version__}, "
+          f"transformers {transformers.__version__}")  # fmt: skip
     vocab = hf.config.vocab_size
     prompt_lens, output_lens = spread_lengths(32, args.scale, seed=0)
     prompts = synthetic_prompts(prompt_lens, vocab, seed=0)
 
     single = slice(0, args.single)
+    warm = args.device == "cuda"  # one untimed run first on CUDA
     tokens_1 = int(output_lens[single].sum())
-    t_ours_1 = timed(args.repeat, lambda: ours(model, prompts[single], output_lens[single], 1))
+    t_ours_1 = timed(
+        args.repeat, lambda: ours(model, prompts[single], output_lens[single], 1), warm
+    )
     t_hf_1 = timed(
         args.repeat,
         lambda: sum(
             hf_generate(hf, [p], output_lens[i : i + 1], 0) for i, p in enumerate(prompts[single])
         ),
+        warm,
     )
     report("batch 1", tokens_1, t_ours_1, t_hf_1)
     useful = int(output_lens.sum())
-    t_ours = timed(args.repeat, lambda: ours(model, prompts, output_lens, 32))
-    t_hf = timed(args.repeat, lambda: hf_generate(hf, prompts, output_lens, 0))
+    t_ours = timed(args.repeat, lambda: ours(model, prompts, output_lens, 32), warm)
+    t_hf = timed(args.repeat, lambda: hf_generate(hf, prompts, output_lens, 0), warm)
     report(f"32 concurrent (longest output {int(output_lens.max())})", useful, t_ours, t_hf)
 
 
-def timed(repeat: int, run) -> list[float]:
+def _device_name(device: str) -> str:
+    return torch.cuda.get_device_name() if device == "cuda" else "cpu"
+
+
+def timed(repeat: int, run, warm: bool) -> list[float]:
+    if warm:
+        run()  # untimed on CUDA: kernel compilation, library handles, allocator growth
     return sorted(run() for _ in range(repeat))
 
 

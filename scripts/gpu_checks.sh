@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The checks and figures only a CUDA card gives (docs/benchmarks.md "GPU figures",
+# docs/fidelity.md "Sim vs real on CUDA"). Run from the repository root on a CUDA machine
+# with the project importable and the zoo's `small` and `apar-tiny` built:
+#
+#   bash scripts/gpu_checks.sh [--rates "20 30"] [--threads 4] OUT_DIR [PART ...]
+#
+# PARTs, in order (default: all): env tests calibrate twins kernels speed decoders apar
+# (engine_tests: the CUDA engine tests alone, without the kernels' own).
+# Every part appends to OUT_DIR/gpu_checks.log; data files land beside it. A part that fails
+# is reported and the next one still runs; the exit status is the number of failed parts.
+# --rates: the twins' request rates; --threads: the torch intra-op threads of the
+# calibration, its twins and the benchmarks (the twins refuse a profile of other threads).
+set -u
+RATES="20 30"  # the engine saturates near 40 req/s on an H100 host (2026-11-25)
+THREADS=4
+while [[ $# -gt 0 && $1 == --* ]]; do
+  case $1 in
+    --rates) RATES=$2; shift 2 ;;
+    --threads) THREADS=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+OUT=${1:?usage: bash scripts/gpu_checks.sh [--rates R] [--threads N] OUT_DIR [PART ...]}
+shift
+PARTS=${*:-env tests calibrate twins kernels speed decoders apar}
+LOG="$OUT/gpu_checks.log"
+DB="$OUT/fidelity_cuda.duckdb"
+WB=(python3 -m workbench)
+SMALL=$(python3 -c 'from real_backend.zoo.build import resolve_zoo_model as r; print(r("small", "target"))')
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+
+part_env() {
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+  python3 -c 'import torch, triton, transformers; print("torch", torch.__version__, "triton",
+triton.__version__, "transformers", transformers.__version__, torch.cuda.get_device_name())'
+  nproc
+}
+
+part_tests() {
+  local status=0
+  pytest_on_cuda tests/test_kernels_attention.py tests/test_kernels_cache.py \
+    tests/test_kernels_verification.py tests/test_kernels_dispatch.py || status=1
+  part_engine_tests || status=1
+  return $status
+}
+
+part_engine_tests() {
+  # The warm-up test counts the kernels compiled in its process: it runs in one of its own.
+  local status=0
+  pytest_on_cuda tests/test_cuda_decoders.py -k "not warm_up" || status=1
+  pytest_on_cuda tests/test_cuda_decoders.py -k warm_up || status=1
+  return $status
+}
+
+pytest_on_cuda() {
+  python3 -m pytest -p no:randomly -p no:cacheprovider -m "" -q -rs "$@"
+}
+
+part_calibrate() {
+  OMP_NUM_THREADS=$THREADS "${WB[@]}" calibrate --model small --device cuda --dtype bf16 \
+    --db "$DB" --csv "$OUT/profile_small_cuda_bf16.csv" --no-progress
+}
+
+part_twins() {
+  local rate status=0
+  for rate in $RATES; do
+    OMP_NUM_THREADS=$THREADS "${WB[@]}" run scenarios/fidelity/sim_vs_real_cuda_small.yaml \
+      --backend both --db "$DB" --set "workload.arrival.rate_per_s=$rate" || status=1
+  done
+  "${WB[@]}" report --db "$DB" --out /tmp/gpu_checks_report >/dev/null || status=1
+  cat /tmp/gpu_checks_report/report.md
+  return $status
+}
+
+part_kernels() {
+  python3 benchmarks/kernels_speed.py --out "$OUT/kernels_speed.json"
+}
+
+part_speed() {
+  local dtype
+  for dtype in bf16 fp32; do
+    python3 benchmarks/real_backend_speed.py "$SMALL" --device cuda --dtype "$dtype" \
+      --threads "$THREADS" --repeat 3
+  done
+}
+
+part_decoders() {
+  python3 benchmarks/decoding_speed.py --device cuda --dtype bf16 --threads "$THREADS" \
+    --prompts 5 --repeat 2 --out "$OUT/decoding_speed_cuda.json"
+}
+
+part_apar() {
+  python3 benchmarks/apar_speed.py --zoo apar-tiny --device cuda --dtype bf16 \
+    --kernels triton --threads "$THREADS" --prompts 12 --repeat 2
+}
+
+compiled() {  # Triton's on-disk cache: one entry per kernel variant compiled so far
+  find "${TRITON_CACHE_DIR:-$HOME/.triton/cache}" -name '*.cubin' 2>/dev/null | wc -l
+}
+
+failed=0
+for part in $PARTS; do
+  start=$(date +%s)
+  echo "=== $part ($(date -u +%FT%TZ))" | tee -a "$LOG"
+  if "part_$part" 2>&1 | tee -a "$LOG"; test "${PIPESTATUS[0]}" -eq 0; then
+    echo "=== $part ok in $(($(date +%s) - start)) s; $(compiled) kernels compiled" | tee -a "$LOG"
+  else
+    echo "=== $part FAILED in $(($(date +%s) - start)) s" | tee -a "$LOG"
+    failed=$((failed + 1))
+  fi
+done
+exit $failed
