@@ -3,33 +3,39 @@
 # docs/fidelity.md "Sim vs real on CUDA"). Run from the repository root on a CUDA machine
 # with the project importable and the zoo's `small` and `apar-tiny` built:
 #
-#   bash scripts/gpu_checks.sh [--rates "20 30"] [--threads 4] OUT_DIR [PART ...]
+#   bash scripts/gpu_checks.sh [--rates "20 30"] [--threads 4] [--limit S] OUT_DIR [PART ...]
 #
 # PARTs, in order (default: all): env tests calibrate twins kernels speed decoders apar
 # (engine_tests: the CUDA engine tests alone, without the kernels' own).
 # Every part appends to OUT_DIR/gpu_checks.log; data files land beside it. A part that fails
 # is reported and the next one still runs; the exit status is the number of failed parts.
 # --rates: the twins' request rates; --threads: the torch intra-op threads of the
-# calibration, its twins and the benchmarks (the twins refuse a profile of other threads).
+# calibration, its twins and the benchmarks (the twins refuse a profile of other threads);
+# --limit: stop a part after S seconds (it counts as failed), so one slow part cannot eat a
+# lease's time. Times on an H100 host (2026-11-25): env 15 s, tests 150 s, calibrate 75 s,
+# twins 120-150 s, speed 60 s (bf16 alone), apar 40 s; decoders about 20 s per prompt.
 set -u
 RATES="20 30"  # the engine saturates near 40 req/s on an H100 host (2026-11-25)
 THREADS=4
+LIMIT=""
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --rates) RATES=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
+    --limit) LIMIT=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-OUT=${1:?usage: bash scripts/gpu_checks.sh [--rates R] [--threads N] OUT_DIR [PART ...]}
+OUT=${1:?usage: bash scripts/gpu_checks.sh [--rates R] [--threads N] [--limit S] OUT_DIR [PART ...]}
 shift
 PARTS=${*:-env tests calibrate twins kernels speed decoders apar}
 LOG="$OUT/gpu_checks.log"
 DB="$OUT/fidelity_cuda.duckdb"
-WB=(python3 -m workbench)
 SMALL=$(python3 -c 'from real_backend.zoo.build import resolve_zoo_model as r; print(r("small", "target"))')
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 OUT LOG DB RATES THREADS SMALL
+
+wb() { python3 -m workbench "$@"; }
 
 part_env() {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
@@ -59,23 +65,23 @@ pytest_on_cuda() {
 }
 
 part_calibrate() {
-  OMP_NUM_THREADS=$THREADS "${WB[@]}" calibrate --model small --device cuda --dtype bf16 \
+  OMP_NUM_THREADS=$THREADS wb calibrate --model small --device cuda --dtype bf16 \
     --db "$DB" --csv "$OUT/profile_small_cuda_bf16.csv" --no-progress
 }
 
 part_twins() {
   local rate status=0
   for rate in $RATES; do
-    OMP_NUM_THREADS=$THREADS "${WB[@]}" run scenarios/fidelity/sim_vs_real_cuda_small.yaml \
+    OMP_NUM_THREADS=$THREADS wb run scenarios/fidelity/sim_vs_real_cuda_small.yaml \
       --backend both --db "$DB" --set "workload.arrival.rate_per_s=$rate" || status=1
   done
-  "${WB[@]}" report --db "$DB" --out /tmp/gpu_checks_report >/dev/null || status=1
+  wb report --db "$DB" --out /tmp/gpu_checks_report >/dev/null || status=1
   cat /tmp/gpu_checks_report/report.md
   return $status
 }
 
 part_kernels() {
-  python3 benchmarks/kernels_speed.py --out "$OUT/kernels_speed.json"
+  python3 benchmarks/kernels_speed.py --quick --out "$OUT/kernels_speed.json"
 }
 
 part_speed() {
@@ -88,7 +94,7 @@ part_speed() {
 
 part_decoders() {
   python3 benchmarks/decoding_speed.py --device cuda --dtype bf16 --threads "$THREADS" \
-    --prompts 5 --repeat 2 --out "$OUT/decoding_speed_cuda.json"
+    --prompts 3 --repeat 2 --out "$OUT/decoding_speed_cuda.json"
 }
 
 part_apar() {
@@ -100,11 +106,20 @@ compiled() {  # Triton's on-disk cache: one entry per kernel variant compiled so
   find "${TRITON_CACHE_DIR:-$HOME/.triton/cache}" -name '*.cubin' 2>/dev/null | wc -l
 }
 
+run_part() {
+  if [[ -n $LIMIT ]]; then
+    timeout "$LIMIT" bash -c "part_$1"
+  else
+    "part_$1"
+  fi
+}
+
+export -f $(compgen -A function)
 failed=0
 for part in $PARTS; do
   start=$(date +%s)
   echo "=== $part ($(date -u +%FT%TZ))" | tee -a "$LOG"
-  if "part_$part" 2>&1 | tee -a "$LOG"; test "${PIPESTATUS[0]}" -eq 0; then
+  if run_part "$part" 2>&1 | tee -a "$LOG"; test "${PIPESTATUS[0]}" -eq 0; then
     echo "=== $part ok in $(($(date +%s) - start)) s; $(compiled) kernels compiled" | tee -a "$LOG"
   else
     echo "=== $part FAILED in $(($(date +%s) - start)) s" | tee -a "$LOG"
