@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import re
@@ -103,6 +104,20 @@ def _specialise(call: KernelCall, backend: Any) -> tuple[dict, dict, dict, Any]:
         backend, kwargs, bound, specialisation, options
     )
     return signature, constexprs, attrs, options
+
+
+def variant_key(call: KernelCall, capability: int = 90) -> str:
+    """What Triton's launcher keys its compiled kernels on, for one planned call: the kernel,
+    its specialised signature, constexprs, attributes and options. Two calls with the same
+    key run the same compiled kernel; a new key is a compilation (and on a live run, a stall)."""
+    backend = _backend(capability)
+    signature, constexprs, attrs, options = _specialise(call, backend)
+    return repr((call.name, signature, constexprs, attrs, options))
+
+
+@functools.cache
+def _backend(capability: int) -> Any:
+    return make_backend(GPUTarget("cuda", capability, WARP_SIZE))
 
 
 _PTXAS_USED = re.compile(r"Used (\d+) registers")
