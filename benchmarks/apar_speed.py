@@ -42,13 +42,12 @@ from real_backend.engine import RealEngine, ServeOptions
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.loading import load_checkpoint
 from real_backend.model.transformer import SeqStep, Transformer
-from real_backend.serve import eos_token_ids
+from real_backend.serve import DTYPES, eos_token_ids
 from real_backend.zoo.build import resolve_zoo_model
 from workbench.scenario.decoders import AparDecoderConfig, AparSpeculationConfig
 from workbench.scheduling.continuous import ContinuousBatching
 from workbench.workload.requests import Workload
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PROMPTS = Path(__file__).resolve().parent.parent / "data" / "prompts" / "apar_stdlib.jsonl"
 BLOCK = 16
 

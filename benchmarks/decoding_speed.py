@@ -38,6 +38,7 @@ from real_backend.decoders.factory import build_decoder, load_draft
 from real_backend.engine import RealEngine, ServeOptions
 from real_backend.model import Transformer
 from real_backend.model.loading import load_checkpoint
+from real_backend.serve import DTYPES
 from real_backend.zoo.build import resolve_zoo_model
 from real_backend.zoo.corpus import build_corpus
 from real_backend.zoo.specs import get_spec
@@ -109,9 +110,6 @@ def ours(
         return outputs[0], len(records.steps.step)
 
     return generate
-
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def hf(

@@ -30,6 +30,7 @@ from real_backend.engine import RealEngine, ServeOptions
 from real_backend.model import Transformer
 from real_backend.model.loading import load_checkpoint
 from real_backend.prompts import synthetic_prompts
+from real_backend.serve import DTYPES
 from workbench.scenario.system import VanillaDecoderConfig
 from workbench.scheduling.continuous import ContinuousBatching
 from workbench.workload.requests import Workload
@@ -38,7 +39,6 @@ LENGTHS = (
     Path(__file__).resolve().parent.parent / "data" / "seqsched" / "alpaca-val-10k-length.json"
 )
 BLOCK = 16
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def spread_lengths(n: int, scale: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
