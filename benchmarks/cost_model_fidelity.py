@@ -220,16 +220,34 @@ def issue_table(cs: list[Comparison]) -> str:
     )
 
 
+ATTENTION_TABLES = (
+    (
+        "vidur attention decode", "A100, Llama-2-70B TP 2", "batch",
+        ((1, 1), (2, 8), (9, 32), (33, 128)), ((0, 512), (513, 2048), (2049, 8192)),
+    ),
+    (
+        "vidur attention prefill", "A100, Llama-2-70B TP 2", "chunk",
+        ((64, 128), (129, 512), (513, 2048), (2049, 4096)), ((0, 512), (513, 2048), (2049, 8192)),
+    ),
+    (
+        "llmservingsim attention decode", "H100, Llama-3.1-70B TP 4, the A100's parameters",
+        "batch", ((1, 1), (2, 8), (9, 32), (33, 128), (129, 256)),
+        ((0, 512), (513, 4096), (4097, 65536)),
+    ),
+    (
+        "llmservingsim attention decode (own fit)", "H100, Llama-3.1-70B TP 4", "batch",
+        ((1, 1), (2, 8), (9, 32), (33, 128), (129, 256)), ((0, 512), (513, 4096), (4097, 65536)),
+    ),
+)  # fmt: skip
+
+
 def attention_tables(cs: list[Comparison]) -> str:
     out = []
-    for source, label, bands in (
-        ("vidur attention decode", "batch", ((1, 1), (2, 8), (9, 32), (33, 128))),
-        ("vidur attention prefill", "chunk", ((64, 128), (129, 512), (513, 2048), (2049, 4096))),
-    ):
+    for source, what, label, bands, contexts in ATTENTION_TABLES:
         mine = [c for c in cs if c.source == source]
         rows = []
         for low, high in bands:
-            for klo, khi in ((0, 512), (513, 2048), (2049, 8192)):
+            for klo, khi in contexts:
 
                 def keep(c: Comparison, lo=low, hi=high, a=klo, b=khi) -> np.ndarray:
                     return (c.tokens >= lo) & (c.tokens <= hi) & (c.context >= a) & (c.context <= b)
@@ -245,15 +263,15 @@ def attention_tables(cs: list[Comparison]) -> str:
                     ]
                 )
         head = [label, "cached tokens", "roofline", "fitted"]
-        out.append(
-            f"### {source} (A100, Llama-2-70B TP 2; mean / worst / ≤10 %)\n\n" + table(head, rows)
-        )
+        out.append(f"### {source} ({what}; mean / worst / ≤10 %)\n\n" + table(head, rows))
     return "\n\n".join(out)
 
 
 def llmservingsim_table(cs: list[Comparison]) -> str:
     rows = []
-    for c in (c for c in cs if c.source.startswith("llmservingsim")):
+    for c in (
+        c for c in cs if c.source.startswith("llmservingsim") and "attention decode" not in c.source
+    ):
         what = c.source.removeprefix("llmservingsim ")
         rows.append(
             [

@@ -42,6 +42,7 @@ class GPUSpec:
     peak_fp8_flops: float | None = None  # dense fp8 tensor FLOP/s; None: no fp8 tensor cores
     kernel_fit: KernelFit | None = None  # fitted kernel parameters (cost_model.kind: fitted)
     hourly_price_usd: float | None = None  # one GPU for one hour (see the module docstring)
+    multiprocessors: int | None = None  # SMs: how many CTAs a kernel runs at once
 
     def peak_flops(self, dtype: str) -> float:
         """Peak matmul FLOP/s for weights/activations of `dtype`.
@@ -60,7 +61,10 @@ class GPUSpec:
 # H200 datasheet (SXM), L40S datasheet. NVLink totals are bidirectional on the datasheets
 # (A100 600 GB/s, H100/H200 900 GB/s); a ring all-reduce moves data one way per link, so
 # half of that is listed. Collective latency ~10 µs matches Vidur's a100_dgx all_reduce
-# profile for the smallest messages at TP2 (0.010 ms for 2 KiB).
+# profile for the smallest messages at TP2 (0.010 ms for 2 KiB). Streaming multiprocessors
+# (the fitted decode attention lays its thread blocks on them): A100 108, H100 and H200 SXM
+# 132 (NVIDIA's A100 and H100 architecture whitepapers), L40S 142 (AD102 as shipped in the
+# L40S datasheet), A40 84 and RTX 3090 82 (GA102 whitepaper, below).
 _CATALOG: dict[str, GPUSpec] = {
     "a100-80gb": GPUSpec(
         name="a100-80gb",
@@ -72,6 +76,7 @@ _CATALOG: dict[str, GPUSpec] = {
         collective_latency_s=10e-6,
         kernel_fit=A100_FIT,
         hourly_price_usd=2.736,  # RunPod "A100 80 GB" $0.00076/s
+        multiprocessors=108,
     ),
     "h100-sxm": GPUSpec(
         name="h100-sxm",
@@ -84,6 +89,7 @@ _CATALOG: dict[str, GPUSpec] = {
         peak_fp8_flops=1979e12,
         kernel_fit=H100_FIT,
         hourly_price_usd=4.176,  # RunPod "H100 PRO 80 GB" $0.00116/s
+        multiprocessors=132,
     ),
     "h200": GPUSpec(
         name="h200",
@@ -98,6 +104,7 @@ _CATALOG: dict[str, GPUSpec] = {
         # kernels; only the memory differs), applied to the H200's own peaks. Unvalidated.
         kernel_fit=H100_FIT,
         hourly_price_usd=5.58,  # RunPod "H200 PRO 141 GB" $0.00155/s
+        multiprocessors=132,
     ),
     "l40s": GPUSpec(
         name="l40s",
@@ -110,6 +117,7 @@ _CATALOG: dict[str, GPUSpec] = {
         peak_fp8_flops=733e12,
         kernel_fit=None,  # no Ada-generation profile: the fitted cost model refuses it
         hourly_price_usd=1.908,  # RunPod "L40, L40S, 6000 Ada PRO 48 GB" $0.00053/s
+        multiprocessors=142,
     ),
     # NVIDIA A40 datasheet: GA102, 84 SMs, 48 GB GDDR6 with ECC, 696 GB/s, BF16/FP16 tensor
     # 149.7 TFLOP/s dense with fp32 accumulate, fp32 37.4; NVLink bridge 112.5 GB/s
@@ -124,6 +132,7 @@ _CATALOG: dict[str, GPUSpec] = {
         collective_latency_s=20e-6,  # as the L40S: no NVSwitch, small messages cost more
         kernel_fit=A40_FIT,
         hourly_price_usd=1.224,  # RunPod "A6000, A40 48 GB" $0.00034/s
+        multiprocessors=84,
     ),
     # NVIDIA Ampere GA102 whitepaper, appendix A (GeForce RTX 3090): 82 SMs, 24 GB GDDR6X,
     # 936 GB/s; FP16/BF16 tensor 71 TFLOP/s dense with fp32 accumulate (142 with fp16
@@ -141,6 +150,7 @@ _CATALOG: dict[str, GPUSpec] = {
         # GDDR6X instead of GDDR6), applied to the 3090's own peaks. Unvalidated.
         kernel_fit=A40_FIT,
         hourly_price_usd=0.684,  # RunPod "L4, A5000, 3090 24 GB" $0.00019/s
+        multiprocessors=82,
     ),
     # A generic server CPU socket (e.g. 32 cores with AVX-512/BF16, 8 DDR5 channels), not a
     # datasheet part: for sizing CPU runs of small models, not for precise predictions.

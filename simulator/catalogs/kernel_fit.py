@@ -18,6 +18,9 @@ from typing import Any
 from workbench.errors import WorkbenchError
 
 ELEMENTWISE_KINDS = ("norm", "rope", "activation", "residual_add", "embedding")
+TEXT_FIELDS = ("gpu", "decode_attention_kernel", "source")
+# The decode kernels a fit can describe (simulator/cost_models/decode_attention.py).
+DECODE_KERNEL_NAMES = ("flash_decoding", "flash_varlen")
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,15 @@ class KernelFit:
     attention_memory_efficiency: float
     attention_compute_efficiency: float
     decode_attention_launch_s: float
-    decode_attention_per_sequence_s: float
+    decode_attention_kernel: str  # decode_attention.DECODE_KERNELS: the profiled kernel
+    decode_cta_s: float  # fixed cost of a CTA alone on its SM
+    decode_cta_bandwidth_share: float  # its streaming rate, a share of bandwidth / SMs
+    decode_shared_cta_s: float  # the same for each of two CTAs sharing an SM
+    decode_shared_cta_bandwidth_share: float
+    decode_memory_efficiency: float  # all CTAs together: a share of bandwidth
+    decode_overlap: float  # smooth-max exponent of the busiest SM and the whole stream
+    decode_combine_launch_s: float  # the split-KV combine kernel
+    decode_combine_per_split_s: float  # per (sequence, head, split) it merges
     prefill_attention_launch_s: float
     source: str  # data fitted on, data held out, how (free text)
 
@@ -80,6 +91,12 @@ class KernelFit:
         if not isinstance(data, dict):
             raise WorkbenchError("expected a JSON object of fit parameters", source=source)
         names = [f.name for f in fields(cls)]
+        if "decode_attention_per_sequence_s" in data:
+            raise WorkbenchError(
+                "a kernel fit from before the work-split decode attention (one "
+                "decode_attention_per_sequence_s); refit it with `workbench fit-cost-model`",
+                source=source, field=field,
+            )  # fmt: skip
         if "elementwise_launch_s" in data:
             raise WorkbenchError(
                 "a kernel fit from before per-kind elementwise kernels (one "
@@ -93,11 +110,18 @@ class KernelFit:
             raise WorkbenchError(f"not a kernel fit ({what})", source=source, field=field)
         for name in names:
             value = data[name]
-            is_text = name in ("gpu", "source")
+            is_text = name in TEXT_FIELDS
             ok = isinstance(value, str) if is_text else _positive_number(value)
             if not ok:
                 kind = "a string" if is_text else "a positive number"
                 raise WorkbenchError(f"{name}: expected {kind}, got {value!r}", source=source)
+        kernel = data["decode_attention_kernel"]
+        if kernel not in DECODE_KERNEL_NAMES:
+            raise WorkbenchError(
+                f"decode_attention_kernel: expected one of {', '.join(DECODE_KERNEL_NAMES)}, "
+                f"got {kernel!r}",
+                source=source,
+            )
         return cls(**data)
 
 

@@ -6,7 +6,8 @@ Sources (copies in `data/profiles/`, each with its licence and source notes):
   token ops by tokens per step, every model, TP degree and GPU (A100, H100, A40);
 - Vidur's attention profile (A100, Llama-2-70B at TP 2): decode by batch and cached tokens,
   prefill by chunk and cached tokens;
-- LLMServingSim's H100 per-layer latencies (Llama-3.1-8B and -70B, TP 1-4, 1-2048 tokens);
+- LLMServingSim's H100 per-layer latencies (Llama-3.1-8B and -70B, TP 1-4, 1-2048 tokens)
+  and its H100 decode attention (Llama-3.1-70B at TP 4, batch 1-256, up to 64k keys);
 - Splitwise's whole-engine prompt and per-token times (Llama-2-70B, BLOOM-176B; A100, H100).
 Which points a fit held out is read from its `source` (the fit command's --hold-out flags);
 everything but the fitted GPUs' own Vidur files is held out by construction.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import itertools
 import shlex
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +28,15 @@ from simulator.catalogs.kernel_fit import KernelFit
 from simulator.catalogs.models import ModelSpec, get_model
 from simulator.cost_models.base import StepWork
 from simulator.cost_models.fitted import FittedCostModel
-from simulator.cost_models.kernel_fitting import HoldOut, layer_token_ops_s, predict_attention_s
+from simulator.cost_models.kernel_fitting import (
+    HoldOut,
+    fit_attention,
+    layer_token_ops_s,
+    predict_attention_s,
+)
 from simulator.cost_models.kernel_profiles import (
     PROFILE_ELEM_BYTES,
+    AttentionPoints,
     OpPoints,
     read_attention_points,
     read_token_op_points,
@@ -87,6 +94,7 @@ def all_comparisons(root: Path = DEFAULT_DATA) -> list[Comparison]:
         *vidur_token_ops(root),
         *vidur_attention(root),
         *llmservingsim_layers(root),
+        *llmservingsim_attention(root),
         *splitwise_steps(root),
     ]
 
@@ -214,6 +222,38 @@ def _layer_comparisons(
             f"llmservingsim {what}", gpu.name, layers.model, tp, True, t, np.zeros(len(t)),
             np.asarray(measured), np.array(before), np.asarray(after, dtype=np.float64),
         )  # fmt: skip
+
+
+def llmservingsim_attention(root: Path) -> Iterator[Comparison]:
+    """Its H100 decode attention (`flash_attn_varlen_func`, Llama-3.1-70B at TP 4), priced
+    twice: by the catalog's H100 attention parameters (the A100's, so held out) with the
+    kernel's own work split, and by a fit to these very decode points (fitted)."""
+    gpu = get_gpu("h100-sxm")
+    for path in sorted((root / "llmservingsim_h100").glob("*/*/tp*/attention.csv")):
+        for p in read_attention_points(path, layout="llmservingsim"):
+            roofline = _roofline(p.spec, gpu, p.tensor_parallel)
+            kv = p.decode_batch * (p.decode_cached + 1.0)
+            before = np.array(
+                [
+                    roofline.decode_attention_layer_s(int(b), int(k))
+                    for b, k in zip(p.decode_batch, kv, strict=True)
+                ]
+            )
+            catalog = replace(_fit(gpu), decode_attention_kernel=p.decode_kernel)
+            own = fit_attention(gpu, [_decode_only(p)], catalog)
+            for label, fit, held in (("", catalog, True), (" (own fit)", own, False)):
+                times = KernelTimes(gpu, fit, "fp16", PROFILE_ELEM_BYTES)
+                decode, _ = predict_attention_s(times, p)
+                yield Comparison(
+                    f"llmservingsim attention decode{label}", gpu.name, p.model,
+                    p.tensor_parallel, held, p.decode_batch, p.decode_cached, p.decode_s,
+                    before, decode,
+                )  # fmt: skip
+
+
+def _decode_only(points: AttentionPoints) -> AttentionPoints:
+    empty = np.zeros(0)
+    return replace(points, prefill_chunk=empty, prefill_cached=empty, prefill_s=empty)
 
 
 def _unfused_gemms(spec: ModelSpec, tp: int) -> dict[str, tuple[float, float]]:

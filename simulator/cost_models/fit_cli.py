@@ -21,6 +21,7 @@ import numpy as np
 from simulator.catalogs.hardware import get_gpu
 from simulator.catalogs.kernel_fit import KernelFit
 from simulator.cost_models.kernel_fitting import (
+    ATTENTION_PARAMETERS,
     START,
     HoldOut,
     fit_attention,
@@ -50,6 +51,7 @@ class FitRequest:
     attention_from: str | None = None  # a catalog GPU whose attention parameters to reuse
     hold_out: HoldOut = field(default_factory=HoldOut)
     statistic: str = "median"
+    attention_layout: str = "vidur"  # or "llmservingsim" (kernel_profiles' docstring)
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,11 @@ def fit_from_files(request: FitRequest) -> tuple[KernelFit, list[ErrorSummary]]:
     if not train:
         raise WorkbenchError("every profiled point is held out: nothing to fit", field="--hold-out")
     fit = fit_token_ops(gpu, train, replace(START, gpu=request.gpu))
-    attention = [p for path in request.attention_csvs for p in read_attention_points(path)]
+    attention = [
+        p
+        for path in request.attention_csvs
+        for p in read_attention_points(path, layout=request.attention_layout)
+    ]
     fit = _with_attention(fit, request, attention)
     fit = rounded(replace(fit, source=_source(request)))
     times = KernelTimes(gpu, fit, "fp16", PROFILE_ELEM_BYTES)
@@ -113,7 +119,7 @@ def _with_attention(
             "take attention parameters from: give --attention-csv or --attention-from GPU",
             field="--attention-csv",
         )
-    names = [n for n in fit.__dataclass_fields__ if "attention" in n]
+    names = (*ATTENTION_PARAMETERS, "decode_attention_kernel")
     return replace(fit, **{n: getattr(donor, n) for n in names})
 
 
@@ -122,6 +128,8 @@ def _source(request: FitRequest) -> str:
     parts.append("--mlp-csv " + " ".join(str(p) for p in request.mlp_csvs))
     if request.attention_csvs:
         parts.append("--attention-csv " + " ".join(str(p) for p in request.attention_csvs))
+    if request.attention_layout != "vidur":
+        parts.append(f"--attention-layout {request.attention_layout}")
     if request.attention_from:
         parts.append(f"--attention-from {request.attention_from}")
     parts += [f"--hold-out-model {m}" for m in sorted(request.hold_out.models)]
@@ -160,6 +168,12 @@ def add_fit_parser(sub: Any) -> argparse.ArgumentParser:
     cmd.add_argument("--mlp-csv", nargs="+", required=True, type=Path, help="mlp.csv profiles")
     cmd.add_argument("--attention-csv", nargs="*", default=[], type=Path, help="attention.csv")
     cmd.add_argument(
+        "--attention-layout",
+        default="vidur",
+        choices=["vidur", "llmservingsim"],
+        help="what the attention.csv columns mean (LLMServingSim: whole-batch keys)",
+    )
+    cmd.add_argument(
         "--attention-from", help="reuse this catalog GPU's attention parameters (no profile)"
     )
     cmd.add_argument(
@@ -178,6 +192,7 @@ def fit_command(args: argparse.Namespace) -> int:
         mlp_csvs=tuple(args.mlp_csv),
         attention_csvs=tuple(args.attention_csv),
         attention_from=args.attention_from,
+        attention_layout=args.attention_layout,
         hold_out=HoldOut(frozenset(args.hold_out_model), frozenset(args.hold_out_tp)),
         statistic=args.statistic,
     )

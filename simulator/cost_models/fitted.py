@@ -8,9 +8,10 @@ over the tokens whose logits are sampled), `step_overhead_ms` (CPU scheduling) a
 `layer_overhead_ms` per layer (an eager framework's host time, e.g. Hugging Face without
 CUDA graphs; it applies to a draft model's forwards with the draft's own layer count).
 
-Attention: plain decodes (one query per sequence) run the decode kernel: KV read at a share
-of bandwidth plus a per-sequence cost. Prefill chunks and multi-token decodes (speculative
-verification, lookahead windows: several queries per sequence) run the prefill kernel, one
+Attention: plain decodes (one query per sequence) run the decode kernel, priced by how it
+lays its CTAs on the SMs (`decode_attention.py`). Prefill chunks and multi-token decodes
+(speculative verification, lookahead windows: several queries per sequence) run the
+prefill kernel, one
 launch for all of them, at a share of peak FLOP/s over c·(p + c) pairs per chunk (its own
 causal triangle costs about the square, as measured; `kernel_fitting.prefill_pairs`) and the
 StepWork's pairs for verified tokens. So multi-token steps are priced through the same
@@ -67,15 +68,16 @@ class FittedCostModel(SplitCostModel):
     def _decode_times_s(
         self, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
     ) -> np.ndarray:
-        """Decode-only steps, one per context sum (each sequence's own keys read: the
-        longest context does not matter): the only path for them, elementwise
-        + × ÷ only, so `step_time_s` and `decode_span_s` agree bit for bit."""
+        """Decode-only steps, one per (context sum, longest context): the only path for
+        them, elementwise over steps, so `step_time_s` and `decode_span_s` agree bit for
+        bit. The longest context sizes the decode kernel's split of the work."""
         if batch_size == 0:
             return np.full(context_sums.shape, self._overhead_s)
         fixed = self._token_level_s(batch_size) + self._logits_s(batch_size)
-        kv_bytes = context_sums * self._shape.kv_bytes_per_token
-        attention = self._times.decode_attention_s(float(batch_size), kv_bytes) * self._layers
-        return attention + fixed
+        per_layer = self._times.decode_attention_s(
+            self._shape, batch_size, context_sums, context_maxes
+        )
+        return per_layer * self._layers + fixed
 
     def _mixed_time_s(self, work: StepWork) -> float:
         logits = work.decode_batch_size + work.decode_extra_tokens + len(work.prefill_chunk_tokens)
@@ -98,7 +100,9 @@ class FittedCostModel(SplitCostModel):
             moved += shape.kv_bytes_per_token * work.decode_context_sum
             moved += shape.query_bytes_per_token * verified
         elif work.decode_batch_size:
-            total += self.decode_attention_layer_s(work.decode_batch_size, work.decode_context_sum)
+            total += self.decode_attention_layer_s(
+                work.decode_batch_size, work.decode_context_sum, work.decode_context_max
+            )
         chunks = zip(work.prefill_chunk_tokens, work.prefill_context_tokens, strict=True)
         for chunk, cached in chunks:
             pairs += chunk * (cached + chunk)  # kernel_fitting.prefill_pairs
@@ -146,10 +150,10 @@ class FittedCostModel(SplitCostModel):
         """One layer's token-level ops at `tokens` per step: what Vidur's mlp.csv profiles."""
         return sum(self._op_s(op, tokens) for op in self._ops)
 
-    def decode_attention_layer_s(self, batch: int, kv_tokens: int) -> float:
-        """One layer's decode attention: `batch` sequences reading `kv_tokens` keys in all."""
-        kv_bytes = kv_tokens * self._shape.kv_bytes_per_token
-        return self._times.decode_attention_s(float(batch), kv_bytes)
+    def decode_attention_layer_s(self, batch: int, kv_tokens: int, longest: int = 0) -> float:
+        """One layer's decode attention: `batch` sequences reading `kv_tokens` keys in all,
+        the longest `longest` (0: all alike)."""
+        return self._times.decode_attention_step_s(self._shape, batch, kv_tokens, longest)
 
     def prefill_attention_layer_s(self, chunk: int, cached: int) -> float:
         """One layer's attention for one prefill chunk over `cached` tokens."""

@@ -5,7 +5,14 @@ on and checked against.
   shape (its key columns) and TP degree in the file; a model's label is its folder name
   (Vidur's layout `compute/<gpu>/<org>/<model>/mlp.csv`).
 - attention.csv: decode attention by (batch, cached tokens per sequence) and prefill attention
-  by (chunk, cached tokens), plus the reshape / KV-save ops profiled with each row.
+  by (chunk, cached tokens), plus the reshape / KV-save ops profiled with each row. Vidur
+  ran `flash_attn_with_kvcache` over a cache of `max_model_len` slots per sequence (the
+  width that sizes its split of the context). LLMServingSim's copy of the format
+  (`layout="llmservingsim"`) means something else by two columns: its decode
+  `kv_cache_size` is the keys of the whole batch (each sequence has kv_cache_size // batch),
+  its prefill `kv_cache_size` the chunk's keys included, and its kernel
+  `flash_attn_varlen_func` over contiguous keys (its profiler,
+  `profiler/attention/attention_profiler.py`, at the commit in `SOURCE_COMMIT.txt`).
 """
 
 from __future__ import annotations
@@ -54,8 +61,10 @@ class AttentionPoints:
     tensor_parallel: int
     spec: ModelSpec  # the profiled attention shape (one layer)
     shape: LayerShape
+    decode_kernel: str  # decode_attention.DECODE_KERNELS: the kernel the profile ran
     decode_batch: np.ndarray  # (d,)
     decode_cached: np.ndarray  # (d,) tokens cached per sequence before the step
+    decode_table_keys: np.ndarray  # (d,) key slots per sequence the kernel was sized for
     decode_s: np.ndarray  # (d,)
     prefill_chunk: np.ndarray  # (p,) batch 1
     prefill_cached: np.ndarray  # (p,)
@@ -91,42 +100,63 @@ def read_token_op_points(
 
 
 def read_attention_points(
-    path: Path, statistic: str = "median", field: str = "attention_csv"
+    path: Path, statistic: str = "median", field: str = "attention_csv", layout: str = "vidur"
 ) -> list[AttentionPoints]:
-    """Every (model shape, TP degree) of a Vidur-format attention.csv."""
+    """Every (model shape, TP degree) of a Vidur-format attention.csv (`layout`: "vidur", or
+    "llmservingsim" for LLMServingSim's copy of the format, see the module docstring)."""
     s = statistic
     wanted = [stat_column("attn_prefill", s), stat_column("attn_decode", s)]
     extras = [stat_column(op, s) for op in ATTENTION_EXTRA_OPS]
-    table = read_profile_table(path, field, _ATTENTION_KEYS, wanted + extras)
+    optional = [*wanted, *extras, "max_model_len", "is_prefill"]
+    table = read_profile_table(path, field, _ATTENTION_KEYS, optional)
+    read = _llmservingsim_rows if layout == "llmservingsim" else _vidur_rows
     out: list[AttentionPoints] = []
     for key, rows in _groups(table, _ATTENTION_KEYS[:4]).items():
         n_embd, q_heads, kv_heads, tp = (int(v) for v in key)
-        spec = ModelSpec(
-            model_label(path), 1, n_embd, 4 * n_embd, q_heads, kv_heads, n_embd // q_heads, 1, False
-        )
-        extra = sum((op_column(rows, c) for c in extras), np.zeros(len(rows)))
-        chunk = rows.numbers("prefill_chunk_size")
-        cached = rows.numbers("kv_cache_size")
-        batch = rows.numbers("batch_size")
-        decode = _finite(rows.numbers(stat_column("attn_decode", s)) + extra, chunk == 0)
-        prefill = _finite(rows.numbers(stat_column("attn_prefill", s)) + extra, chunk > 0)
-        single = prefill & (batch == 1)
-        out.append(
-            AttentionPoints(
-                table.source,
-                model_label(path),
-                tp,
-                spec,
-                LayerShape.of(spec, tp, PROFILE_ELEM_BYTES),
-                batch[decode],
-                cached[decode],
-                _value(rows, stat_column("attn_decode", s), extra)[decode],
-                chunk[single],
-                cached[single],
-                _value(rows, stat_column("attn_prefill", s), extra)[single],
-            )
-        )
+        label = path.parent.parent.name if layout == "llmservingsim" else model_label(path)
+        head_dim = n_embd // q_heads
+        spec = ModelSpec(label, 1, n_embd, 4 * n_embd, q_heads, kv_heads, head_dim, 1, False)
+        shape = LayerShape.of(spec, tp, PROFILE_ELEM_BYTES)
+        decode, prefill = read(rows, s, extras)
+        out.append(AttentionPoints(table.source, label, tp, spec, shape, *decode, *prefill))
     return out
+
+
+_Decode = tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+_Prefill = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _vidur_rows(rows: ProfileTable, s: str, extras: list[str]) -> tuple[_Decode, _Prefill]:
+    extra = sum((op_column(rows, c) for c in extras), np.zeros(len(rows)))
+    chunk = rows.numbers("prefill_chunk_size")
+    cached = rows.numbers("kv_cache_size")
+    batch = rows.numbers("batch_size")
+    decode_s = _value(rows, stat_column("attn_decode", s), extra)
+    prefill_s = _value(rows, stat_column("attn_prefill", s), extra)
+    decode = _finite(decode_s, chunk == 0)
+    single = _finite(prefill_s, (chunk > 0) & (batch == 1))
+    slots = rows.numbers("max_model_len") if "max_model_len" in rows.columns else cached + 1
+    return (
+        ("flash_decoding", batch[decode], cached[decode], slots[decode], decode_s[decode]),
+        (chunk[single], cached[single], prefill_s[single]),
+    )
+
+
+def _llmservingsim_rows(rows: ProfileTable, s: str, extras: list[str]) -> tuple[_Decode, _Prefill]:
+    chunk = rows.numbers("prefill_chunk_size")
+    keys = rows.numbers("kv_cache_size")
+    batch = rows.numbers("batch_size")
+    prefill = np.char.lower(np.array(rows.columns["is_prefill"])) == "true"
+    decode_s = rows.numbers(stat_column("attn_decode", s)) / 1000.0
+    prefill_s = rows.numbers(stat_column("attn_prefill", s)) / 1000.0
+    per_sequence = np.floor(keys / batch)
+    decode = _finite(decode_s, ~prefill & (per_sequence >= 1))
+    single = _finite(prefill_s, prefill & (batch == 1) & (keys >= chunk))
+    return (
+        ("flash_varlen", batch[decode], per_sequence[decode] - 1.0, per_sequence[decode],
+         decode_s[decode]),
+        (chunk[single], keys[single] - chunk[single], prefill_s[single]),
+    )  # fmt: skip
 
 
 def _value(rows: ProfileTable, column: str, extra: np.ndarray) -> np.ndarray:

@@ -27,7 +27,8 @@ def levenberg_marquardt(
             scaled = normal + damping * np.diag(np.diag(normal) + 1e-12)
             step = np.linalg.solve(scaled, -gradient)
             trial = x + step
-            r_trial = residuals(trial)
+            with np.errstate(all="ignore"):  # a trial far out may overflow: it is rejected
+                r_trial = residuals(trial)
             cost_trial = float(r_trial @ r_trial)
             if np.isfinite(cost_trial) and cost_trial < cost:
                 improved = cost - cost_trial > tolerance * cost
