@@ -24,6 +24,7 @@ from simulator.cost_models.kernel_fitting import fit_attention, predict_attentio
 from simulator.cost_models.kernel_profiles import AttentionPoints, read_attention_points
 from simulator.cost_models.kernel_times import KernelTimes
 from simulator.cost_models.layer_ops import LayerShape
+from workbench.cli import main
 from workbench.errors import WorkbenchError
 
 VARLEN, SPLIT = DECODE_KERNELS["flash_varlen"], DECODE_KERNELS["flash_decoding"]
@@ -67,20 +68,15 @@ def test_a_split_context_walks_only_its_own_blocks() -> None:
 def test_steps_in_the_same_key_blocks_share_all_but_the_streamed_kv() -> None:
     """A span's steps are looked up per run of equal key blocks; each equals a step alone."""
     gpu = get_gpu("a100-80gb")
-    times = KernelTimes(gpu, gpu.kernel_fit, "fp16", 2)
     shape = LayerShape.of(get_model("llama-2-70b"), 2, 2)
+    attention = KernelTimes(gpu, gpu.kernel_fit, "fp16", 2).decode(shape)
     sums = 8.0 * np.arange(250, 700, dtype=np.float64)  # 8 sequences of 250-699 keys
     maxes = np.arange(900, 1350, dtype=np.float64)
-    span = times.decode_attention_s(shape, 8, sums, maxes)
-    alone = [
-        times.decode_attention_s(shape, 8, sums[i : i + 1], maxes[i : i + 1])[0] for i in range(450)
-    ]
+    span = attention.steps_s(8, sums, maxes)
+    alone = [attention.steps_s(8, sums[i : i + 1], maxes[i : i + 1])[0] for i in range(450)]
     assert span.tolist() == alone
     assert np.all(np.diff(span) > 0)  # more keys never cost less
-    step = [
-        times.decode_attention_step_s(shape, 8, int(s), int(m))
-        for s, m in zip(sums, maxes, strict=True)
-    ]
+    step = [attention.step_s(8, int(s), int(m)) for s, m in zip(sums, maxes, strict=True)]
     assert step == pytest.approx(span.tolist(), rel=1e-12)
 
 
@@ -153,3 +149,16 @@ def test_a_fit_on_small_batches_prices_the_large_ones() -> None:
     predicted, _ = predict_attention_s(KernelTimes(gpu, fit, "fp16", 2), held)
     errors = predicted / held.decode_s - 1
     assert len(errors) > 7000 and np.mean(np.abs(errors) <= 0.10) > 0.95
+
+
+def test_a_user_fits_llmservingsim_attention_with_one_command(tmp_path: Path) -> None:
+    out = tmp_path / "fit.json"
+    mlp = DEFAULT_DATA / "vidur/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv"
+    attention = DEFAULT_DATA / "llmservingsim_h100/meta-llama/Llama-3.1-70B/tp4/attention.csv"
+    args = ["fit-cost-model", "--gpu", "h100-sxm", "--mlp-csv", str(mlp), "--attention-csv"]
+    args += [str(attention), "--attention-layout", "llmservingsim", "--out", str(out)]
+    assert main(args) == 0
+    fit = KernelFit.from_json(out)
+    assert fit.decode_attention_kernel == "flash_varlen"
+    assert "--attention-layout llmservingsim" in fit.source
+    assert 0.5 < fit.decode_cta_bandwidth_share < 1.0  # about 20 GB/s of 25 per SM

@@ -53,6 +53,7 @@ class FittedCostModel(SplitCostModel):
         self._elem_bytes = elem
         self._times = KernelTimes(gpu, fit, dtype, elem)
         self._shape = LayerShape.of(model, tensor_parallel, elem)
+        self._decode = self._times.decode(self._shape)
         self._ops = self._shape.token_ops()
         self._layers = float(model.num_layers)
         overhead_ms = cfg.step_overhead_ms + cfg.layer_overhead_ms * model.num_layers
@@ -74,9 +75,7 @@ class FittedCostModel(SplitCostModel):
         if batch_size == 0:
             return np.full(context_sums.shape, self._overhead_s)
         fixed = self._token_level_s(batch_size) + self._logits_s(batch_size)
-        per_layer = self._times.decode_attention_s(
-            self._shape, batch_size, context_sums, context_maxes
-        )
+        per_layer = self._decode.steps_s(batch_size, context_sums, context_maxes)
         return per_layer * self._layers + fixed
 
     def _mixed_time_s(self, work: StepWork) -> float:
@@ -153,7 +152,7 @@ class FittedCostModel(SplitCostModel):
     def decode_attention_layer_s(self, batch: int, kv_tokens: int, longest: int = 0) -> float:
         """One layer's decode attention: `batch` sequences reading `kv_tokens` keys in all,
         the longest `longest` (0: all alike)."""
-        return self._times.decode_attention_step_s(self._shape, batch, kv_tokens, longest)
+        return self._decode.step_s(batch, kv_tokens, longest)
 
     def prefill_attention_layer_s(self, chunk: int, cached: int) -> float:
         """One layer's attention for one prefill chunk over `cached` tokens."""

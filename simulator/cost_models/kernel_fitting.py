@@ -105,9 +105,10 @@ def predict_attention_s(
     """(decode, prefill) attention times of the kernel model at the measured points."""
     shape = points.shape
     decode = np.empty(len(points.decode_batch))
+    attention = times.decode(shape)
     for b, at in _by_batch(points.decode_batch):
         sums = b * (points.decode_cached[at] + 1.0)  # each sequence's keys incl. the new one
-        decode[at] = times.decode_attention_s(shape, b, sums, points.decode_table_keys[at])
+        decode[at] = attention.steps_s(b, sums, points.decode_table_keys[at])
     chunk, cached = points.prefill_chunk, points.prefill_cached
     flops = shape.attention_flops_per_pair * prefill_pairs(chunk, cached)
     moved = (cached + chunk) * shape.kv_bytes_per_token + chunk * shape.query_bytes_per_token

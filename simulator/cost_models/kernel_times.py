@@ -57,15 +57,12 @@ class KernelTimes:
         self.elem_bytes = elem_bytes
         self._flops_rate = gpu.peak_flops(dtype)
         self._bandwidth = gpu.memory_bandwidth_bytes_s
-        self._decode_kernel = decode_kernel(fit.decode_attention_kernel)
-        self._multiprocessors = _multiprocessors(gpu)
-        per_sm = self._bandwidth / self._multiprocessors
-        self._lone_cta = (fit.decode_cta_s, per_sm * fit.decode_cta_bandwidth_share)
-        self._shared_cta = (fit.decode_shared_cta_s, per_sm * fit.decode_shared_cta_bandwidth_share)
-        self._decode_stream_bytes_s = self._bandwidth * fit.decode_memory_efficiency
-        self._decode_memo: dict[tuple[int, int, int, int], tuple[float, float]] = {}
-        self._decode_shapes: dict[int, LayerShape] = {}
-        self._stream_memo: dict[int, float] = {}
+        self.decode_kernel = decode_kernel(fit.decode_attention_kernel)
+        self.multiprocessors = _multiprocessors(gpu)
+        per_sm = self._bandwidth / self.multiprocessors
+        self.lone_cta = (fit.decode_cta_s, per_sm * fit.decode_cta_bandwidth_share)
+        self.shared_cta = (fit.decode_shared_cta_s, per_sm * fit.decode_shared_cta_bandwidth_share)
+        self.decode_stream_bytes_s = self._bandwidth * fit.decode_memory_efficiency
         self._elementwise = {  # kind: (launch, bytes per second)
             kind: (
                 getattr(fit, f"{kind}_launch_s"),
@@ -87,89 +84,9 @@ class KernelTimes:
         launch_s, rate = self._elementwise[kind]
         return launch_s + moved_bytes / rate
 
-    def decode_attention_s(
-        self, shape: LayerShape, batch: int, context_sums: np.ndarray, context_maxes: np.ndarray
-    ) -> np.ndarray:
-        """Decode steps of `batch` sequences, one query each, over `context_sums` keys in all
-        (the longest `context_maxes`, 0: unknown), one layer on one GPU (arrays over steps:
-        a span, or one step). Steps whose mean and longest context fill the same key blocks
-        share their CTAs, splits and rounds, looked up once per run of such steps; the KV
-        streamed is elementwise. So spans and single steps agree bit for bit."""
-        if len(context_sums) == 0:
-            return np.zeros(0)
-        block = self._decode_kernel.key_block
-        means = context_sums / batch
-        blocks = -(-means // block)
-        tables = -(-np.maximum(context_maxes, means) // block)
-        changed = (blocks[1:] != blocks[:-1]) | (tables[1:] != tables[:-1])
-        starts = np.concatenate(([0], np.flatnonzero(changed) + 1))
-        parts = [self._decode_parts(shape, batch, int(blocks[i]), int(tables[i])) for i in starts]
-        lengths = np.diff(np.append(starts, len(blocks)))
-        busiest, combine = np.repeat(np.array(parts), lengths, axis=0).T  # (steps,) each
-        return self._decode_total(shape, busiest, combine, context_sums)
-
-    def decode_attention_step_s(
-        self, shape: LayerShape, batch: int, context_sum: int, context_max: int
-    ) -> float:
-        """`decode_attention_s` of one step in Python floats (a mixed step's decodes)."""
-        block = self._decode_kernel.key_block
-        mean = context_sum / batch
-        blocks, table = -(-mean // block), -(-max(context_max, mean) // block)
-        busiest, combine = self._decode_parts(shape, batch, int(blocks), int(table))
-        streamed = context_sum * self._stream_s_per_key(shape)
-        f = self.fit
-        return (
-            f.decode_attention_launch_s + smooth_max(busiest, streamed, f.decode_overlap) + combine
-        )
-
-    def _decode_parts(
-        self, shape: LayerShape, batch: int, blocks: int, table_blocks: int
-    ) -> tuple[float, float]:
-        """(the busiest SM's time, the combine kernel's) of a decode step, memoised."""
-        key = (id(shape), batch, blocks, table_blocks)
-        parts = self._decode_memo.get(key)
-        if parts is None:
-            if len(self._decode_memo) > _DECODE_MEMO_SIZE:
-                self._decode_memo.clear()
-            self._decode_shapes[id(shape)] = shape  # keeps its id from being reused
-            parts = self._decode_memo[key] = self._decode_parts_of(
-                shape, batch, blocks, table_blocks
-            )
-        return parts
-
-    def _decode_parts_of(
-        self, shape: LayerShape, batch: int, blocks: int, table_blocks: int
-    ) -> tuple[float, float]:
-        f = self.fit
-        heads = shape.q_heads if self._decode_kernel.per_query_head else shape.kv_heads
-        work = decode_work(
-            self._decode_kernel, batch, heads, self._multiprocessors, blocks, table_blocks
-        )
-        cta_bytes = work.cta_keys * _head_bytes(shape)
-        busiest = busiest_sm_s(work.busiest_ctas, cta_bytes, self._lone_cta, self._shared_cta)
-        if work.splits == 1:
-            return busiest, 0.0
-        merged = f.decode_combine_per_split_s * batch * shape.q_heads * work.splits
-        return busiest, f.decode_combine_launch_s + merged
-
-    def _decode_total(
-        self, shape: LayerShape, busiest: np.ndarray, combine: np.ndarray, sums: np.ndarray
-    ) -> np.ndarray:
-        f = self.fit
-        streamed = sums * self._stream_s_per_key(shape)
-        return (
-            f.decode_attention_launch_s + smooth_max(busiest, streamed, f.decode_overlap) + combine
-        )
-
-    def _stream_s_per_key(self, shape: LayerShape) -> float:
-        """Seconds to stream one key of every sequence's heads at the decode kernel's rate."""
-        per_key = self._stream_memo.get(id(shape))
-        if per_key is None:
-            heads = shape.q_heads if self._decode_kernel.per_query_head else shape.kv_heads
-            per_key = heads * _head_bytes(shape) / self._decode_stream_bytes_s
-            self._decode_shapes[id(shape)] = shape  # keeps its id from being reused
-            self._stream_memo[id(shape)] = per_key
-        return per_key
+    def decode(self, shape: LayerShape) -> DecodeAttention:
+        """The decode attention of one layer of `shape` (hold on to it: it memoises)."""
+        return DecodeAttention(self, shape)
 
     def prefill_attention_s(self, flops: Times, moved_bytes: Times) -> Times:
         """Chunks of several queries per sequence (prefill, verification), one launch."""
@@ -179,12 +96,76 @@ class KernelTimes:
         return f.prefill_attention_launch_s + smooth_max(compute, memory, f.gemm_overlap)
 
 
+class DecodeAttention:
+    """One layer's decode attention for one model shape on one GPU: launch + smooth-max(the
+    busiest SM's rounds of CTAs, the whole KV streamed) + the combine kernel. A step's
+    CTAs, splits and rounds depend only on the batch and the mean and longest contexts in
+    whole key blocks: memoised per such triple, so a span looks them up once per run of
+    steps in the same blocks and prices only the streamed KV elementwise."""
+
+    def __init__(self, times: KernelTimes, shape: LayerShape) -> None:
+        f = times.fit
+        self._times = times
+        self._kernel = times.decode_kernel
+        self._block = float(self._kernel.key_block)
+        self._heads = shape.q_heads if self._kernel.per_query_head else shape.kv_heads
+        self._query_heads = shape.q_heads
+        self._head_bytes = 2.0 * shape.head_dim * shape.elem_bytes  # K and V, one key
+        self._stream_s_per_key = self._heads * self._head_bytes / times.decode_stream_bytes_s
+        self._launch_s = f.decode_attention_launch_s
+        self._overlap = f.decode_overlap
+        self._memo: dict[tuple[int, float, float], tuple[float, float]] = {}
+
+    def steps_s(
+        self, batch: int, context_sums: np.ndarray, context_maxes: np.ndarray
+    ) -> np.ndarray:
+        """Steps of `batch` sequences over `context_sums` keys in all, the longest
+        `context_maxes` (0: unknown), as arrays over steps (a span, or one step)."""
+        if len(context_sums) == 0:
+            return np.zeros(0)
+        means = context_sums / batch
+        blocks = -(-means // self._block)
+        tables = -(-np.maximum(context_maxes, means) // self._block)
+        changed = (blocks[1:] != blocks[:-1]) | (tables[1:] != tables[:-1])
+        starts = np.concatenate(([0], np.flatnonzero(changed) + 1))
+        parts = [self._parts(batch, blocks[i], tables[i]) for i in starts]
+        lengths = np.diff(np.append(starts, len(blocks)))
+        busiest, combine = np.repeat(np.array(parts), lengths, axis=0).T  # (steps,) each
+        streamed = context_sums * self._stream_s_per_key
+        return self._launch_s + smooth_max(busiest, streamed, self._overlap) + combine
+
+    def step_s(self, batch: int, context_sum: int, context_max: int) -> float:
+        """One step in Python floats (a mixed step's decodes)."""
+        mean = context_sum / batch
+        longest = context_max if context_max > mean else mean
+        busiest, combine = self._parts(batch, -(-mean // self._block), -(-longest // self._block))
+        streamed = context_sum * self._stream_s_per_key
+        return self._launch_s + smooth_max(busiest, streamed, self._overlap) + combine
+
+    def _parts(self, batch: int, blocks: float, table_blocks: float) -> tuple[float, float]:
+        """(the busiest SM's time, the combine kernel's), memoised."""
+        key = (batch, blocks, table_blocks)
+        parts = self._memo.get(key)
+        if parts is None:
+            if len(self._memo) > _DECODE_MEMO_SIZE:
+                self._memo.clear()
+            parts = self._memo[key] = self._parts_of(batch, int(blocks), int(table_blocks))
+        return parts
+
+    def _parts_of(self, batch: int, blocks: int, table_blocks: int) -> tuple[float, float]:
+        t, f = self._times, self._times.fit
+        work = decode_work(
+            self._kernel, batch, self._heads, t.multiprocessors, blocks, table_blocks
+        )
+        cta_bytes = work.cta_keys * self._head_bytes
+        busiest = busiest_sm_s(work.busiest_ctas, cta_bytes, t.lone_cta, t.shared_cta)
+        if work.splits == 1:
+            return busiest, 0.0
+        merged = f.decode_combine_per_split_s * batch * self._query_heads * work.splits
+        return busiest, f.decode_combine_launch_s + merged
+
+
 _DECODE_MEMO_SIZE = 1 << 18  # (batch, blocks, table) triples; a long run revisits few
-
-
-def _head_bytes(shape: LayerShape) -> float:
-    """K and V of one head for one key."""
-    return 2.0 * shape.head_dim * shape.elem_bytes
 
 
 def _multiprocessors(gpu: GPUSpec) -> int:
