@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from simulator.catalogs.hardware import get_gpu
-from simulator.catalogs.kernel_fit import KernelFit
+from simulator.catalogs.kernel_fit import DECODE_KERNEL_NAMES, KernelFit
 from simulator.catalogs.models import get_model
 from simulator.cost_models.decode_attention import (
     DECODE_KERNELS,
@@ -43,10 +43,25 @@ HEADER = (
         (86, 32, 5),  # just under: 5 splits fill 3.98 waves (2-4 splits: 0.80 each)
         (4, 1, 1),  # one block cannot split
         (8, 29, 10),  # 13 splits would fill 0.96 waves but split 29 blocks as 12 do
+        (5, 97, 20),  # 17 splits sit at 85 % of the best in float64, just under in float32
+        (1, 595, 100),  # the same tie: FlashAttention's float32 decides
+        (4, 0, 1),  # no key blocks: no split
     ],
 )
 def test_the_split_heuristic_is_flash_attentions(ctas: int, blocks: int, splits: int) -> None:
     assert split_count(ctas, 108, blocks) == splits
+
+
+def test_the_kernels_are_the_ones_a_fit_file_may_name() -> None:
+    assert tuple(DECODE_KERNELS) == DECODE_KERNEL_NAMES
+
+
+def test_a_step_over_no_keys_is_priced_as_one_over_its_own_key() -> None:
+    gpu = get_gpu("h100-sxm")
+    shape = LayerShape.of(get_model("llama-3-8b"), 1, 2)
+    attention = KernelTimes(gpu, gpu.kernel_fit, "fp16", 2).decode(shape)
+    empty, one = attention.step_s(64, 0, 0), attention.step_s(64, 64, 1)
+    assert 0 < empty < one
 
 
 def test_ctas_run_in_rounds_of_two_on_the_busiest_sm() -> None:
@@ -129,7 +144,7 @@ def test_an_unknown_decode_kernel_is_refused_in_one_line(tmp_path: Path) -> None
 
 def test_a_fit_on_small_batches_prices_the_large_ones() -> None:
     """LLMServingSim's H100 varlen decodes: fitted on batch ≤ 64, the 65–256 batches (which
-    run up to 31 CTAs per SM) land within 10 %, held out."""
+    run up to 32 CTAs per SM) land within 10 %, held out."""
     gpu = get_gpu("h100-sxm")
     path = DEFAULT_DATA / "llmservingsim_h100/meta-llama/Llama-3.1-70B/tp4/attention.csv"
     (points,) = read_attention_points(path, layout="llmservingsim")

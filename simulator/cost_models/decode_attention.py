@@ -16,8 +16,9 @@ Two kernels, as the public profiles ran them (`DECODE_KERNELS`):
   by `split_count` (FlashAttention's split-KV heuristic) into parts of whole 128-key
   blocks, the split count sized by the block table's width (the longest sequence, or the
   profiler's whole cache), plus a combine kernel when split.
-- `flash_varlen`: `flash_attn_varlen_func` with one query per sequence (LLMServingSim's
-  H100 profile): one CTA per (sequence, query head), 64-key blocks, never split.
+- `flash_varlen`: `flash_attn_varlen_func` with one query per sequence as FlashAttention
+  ran it before v2.4.3 (LLMServingSim's H100 profile): one CTA per (sequence, query head),
+  64-key blocks, never split.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from functools import lru_cache
 
 import numpy as np
 
-from simulator.catalogs.kernel_fit import DECODE_KERNEL_NAMES
 from workbench.errors import WorkbenchError
 
 RESIDENT_CTAS = 2  # both kernels' tiles fit two CTAs per SM in shared memory (A100, H100)
@@ -53,9 +53,6 @@ DECODE_KERNELS = {
 }
 
 
-assert tuple(DECODE_KERNELS) == DECODE_KERNEL_NAMES  # the fit files' names
-
-
 def decode_kernel(name: str) -> DecodeKernel:
     kernel = DECODE_KERNELS.get(name)
     if kernel is None:
@@ -69,20 +66,24 @@ def decode_kernel(name: str) -> DecodeKernel:
 
 @lru_cache(maxsize=65536)
 def split_count(parallel_ctas: int, multiprocessors: int, key_blocks: int) -> int:
-    """FlashAttention-2's split-KV heuristic (`num_splits_heuristic`, as of 2024): no split
-    when the unsplit CTAs nearly fill the SMs; else the fewest splits whose wave efficiency
-    is within 85 % of the best, counting only split counts that change the blocks per split."""
-    if parallel_ctas >= 0.8 * multiprocessors:
+    """FlashAttention-2's split-KV heuristic (`num_splits_heuristic` before v2.7.1.post2,
+    which from December 2024 counts twice the SMs): no split when the unsplit CTAs nearly
+    fill the SMs; else the fewest splits whose wave efficiency is within 85 % of the best,
+    counting only split counts that change the blocks per split. In float32 as the C++
+    computes it, so that ties at exactly 85 % fall the same way."""
+    if np.float32(parallel_ctas) >= np.float32(0.8) * np.float32(multiprocessors):
         return 1
     most = min(MAX_SPLITS, multiprocessors, key_blocks)
-    efficiency = [_wave_efficiency(parallel_ctas * s, multiprocessors) for s in range(1, most + 1)]
     eligible = [s for s in range(1, most + 1) if _changes_blocks(key_blocks, s)]
-    best = max(efficiency[s - 1] for s in eligible)
-    return next(s for s in eligible if efficiency[s - 1] >= 0.85 * best)
+    if not eligible:  # no key blocks
+        return 1
+    efficiency = {s: _wave_efficiency(parallel_ctas * s, multiprocessors) for s in eligible}
+    best = max(efficiency.values())
+    return next(s for s in eligible if float(efficiency[s]) >= 0.85 * float(best))
 
 
-def _wave_efficiency(ctas: int, multiprocessors: int) -> float:
-    waves = ctas / multiprocessors
+def _wave_efficiency(ctas: int, multiprocessors: int) -> np.float32:
+    waves = np.float32(ctas) / np.float32(multiprocessors)
     return waves / np.ceil(waves)
 
 
@@ -107,8 +108,10 @@ def decode_work(
     blocks: int,
     table_blocks: int,
 ) -> DecodeWork:
-    """`batch` sequences of `blocks` key blocks each (the step's mean, ≥ 1) on `heads` CTA
-    heads; `table_blocks` (the block table's width, ≥ `blocks`) sizes the split."""
+    """`batch` sequences of `blocks` key blocks each (the step's mean; none counts as one)
+    on `heads` CTA heads; `table_blocks` (the block table's width) sizes the split."""
+    blocks = max(blocks, 1)  # a decode reads at least its own key
+    table_blocks = max(table_blocks, blocks)
     splits, active, per_split = 1, 1, blocks
     if kernel.splits_context:
         splits = split_count(batch * heads, multiprocessors, table_blocks)

@@ -11,11 +11,11 @@ CUDA graphs; it applies to a draft model's forwards with the draft's own layer c
 Attention: plain decodes (one query per sequence) run the decode kernel, priced by how it
 lays its CTAs on the SMs (`decode_attention.py`). Prefill chunks and multi-token decodes
 (speculative verification, lookahead windows: several queries per sequence) run the
-prefill kernel, one
-launch for all of them, at a share of peak FLOP/s over c·(p + c) pairs per chunk (its own
-causal triangle costs about the square, as measured; `kernel_fitting.prefill_pairs`) and the
-StepWork's pairs for verified tokens. So multi-token steps are priced through the same
-fitted GEMM curve as any batch: 121 tokens cost what the measured GEMMs say 121 rows cost.
+prefill kernel, one launch for all of them, at a share of peak FLOP/s over c·(p + c) pairs
+per chunk (its own causal triangle costs about the square, as measured;
+`kernel_fitting.prefill_pairs`) and the StepWork's pairs for verified tokens. So multi-token
+steps are priced through the same fitted GEMM curve as any batch: 121 tokens cost what the
+measured GEMMs say 121 rows cost.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class FittedCostModel(SplitCostModel):
             moved += shape.kv_bytes_per_token * work.decode_context_sum
             moved += shape.query_bytes_per_token * verified
         elif work.decode_batch_size:
-            total += self.decode_attention_layer_s(
+            total += self._decode.step_s(
                 work.decode_batch_size, work.decode_context_sum, work.decode_context_max
             )
         chunks = zip(work.prefill_chunk_tokens, work.prefill_context_tokens, strict=True)

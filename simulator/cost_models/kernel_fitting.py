@@ -19,6 +19,7 @@ from simulator.catalogs.kernel_fit import ELEMENTWISE_KINDS, KernelFit
 from simulator.cost_models.kernel_profiles import PROFILE_ELEM_BYTES, AttentionPoints, OpPoints
 from simulator.cost_models.kernel_times import KernelTimes
 from simulator.cost_models.least_squares import levenberg_marquardt
+from workbench.errors import WorkbenchError
 
 TOKEN_OP_PARAMETERS = (
     "gemm_compute_efficiency",
@@ -184,7 +185,11 @@ def fit_attention(gpu: GPUSpec, points: Sequence[AttentionPoints], base: KernelF
     the decode kernel the points were measured with."""
     kernels = {p.decode_kernel for p in points}
     if len(kernels) != 1:
-        raise ValueError(f"attention points of several decode kernels: {sorted(kernels)}")
+        raise WorkbenchError(
+            f"attention profiles of several decode kernels ({', '.join(sorted(kernels))}): "
+            "fit each on its own",
+            field="--attention-csv",
+        )
     base = replace(base, decode_attention_kernel=kernels.pop())
     measured = np.concatenate([np.concatenate([p.decode_s, p.prefill_s]) for p in points])
 

@@ -11,8 +11,9 @@ on and checked against.
   (`layout="llmservingsim"`) means something else by two columns: its decode
   `kv_cache_size` is the keys of the whole batch (each sequence has kv_cache_size // batch),
   its prefill `kv_cache_size` the chunk's keys included, and its kernel
-  `flash_attn_varlen_func` over contiguous keys (its profiler,
-  `profiler/attention/attention_profiler.py`, at the commit in `SOURCE_COMMIT.txt`).
+  `flash_attn_varlen_func` over contiguous keys, non-causal (its profiler,
+  `profiler/attention/attention_profiler.py`, at the commit in `SOURCE_COMMIT.txt`, passes
+  `True` as `softmax_scale`); the decode work split it shows is `flash_varlen`'s.
 """
 
 from __future__ import annotations

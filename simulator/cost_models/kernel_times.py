@@ -96,6 +96,9 @@ class KernelTimes:
         return f.prefill_attention_launch_s + smooth_max(compute, memory, f.gemm_overlap)
 
 
+_DECODE_MEMO_SIZE = 1 << 18  # (batch, blocks, table) triples; a long run revisits few
+
+
 class DecodeAttention:
     """One layer's decode attention for one model shape on one GPU: launch + smooth-max(the
     busiest SM's rounds of CTAs, the whole KV streamed) + the combine kernel. A step's
@@ -114,6 +117,7 @@ class DecodeAttention:
         self._stream_s_per_key = self._heads * self._head_bytes / times.decode_stream_bytes_s
         self._launch_s = f.decode_attention_launch_s
         self._overlap = f.decode_overlap
+        self._additive = f.decode_overlap == 1.0
         self._memo: dict[tuple[int, float, float], tuple[float, float]] = {}
 
     def steps_s(
@@ -127,20 +131,36 @@ class DecodeAttention:
         blocks = -(-means // self._block)
         tables = -(-np.maximum(context_maxes, means) // self._block)
         changed = (blocks[1:] != blocks[:-1]) | (tables[1:] != tables[:-1])
-        starts = np.concatenate(([0], np.flatnonzero(changed) + 1))
-        parts = [self._parts(batch, blocks[i], tables[i]) for i in starts]
-        lengths = np.diff(np.append(starts, len(blocks)))
-        busiest, combine = np.repeat(np.array(parts), lengths, axis=0).T  # (steps,) each
-        streamed = context_sums * self._stream_s_per_key
-        return self._launch_s + smooth_max(busiest, streamed, self._overlap) + combine
+        if changed.any():
+            starts = np.concatenate(([0], np.flatnonzero(changed) + 1))
+            parts = [self._parts(batch, blocks[i], tables[i]) for i in starts]
+            lengths = np.diff(np.append(starts, len(blocks)))
+            busiest, combine = np.repeat(np.array(parts), lengths, axis=0).T  # (steps,) each
+        else:  # one run: most spans
+            busiest, combine = self._parts(batch, blocks[0], tables[0])
+        return (
+            self._launch_s
+            + self._kernel_s(busiest, context_sums * self._stream_s_per_key)
+            + combine
+        )
 
     def step_s(self, batch: int, context_sum: int, context_max: int) -> float:
-        """One step in Python floats (a mixed step's decodes)."""
+        """One step in Python floats (a mixed step's decodes; inlined: it runs every step)."""
+        block = self._block
         mean = context_sum / batch
         longest = context_max if context_max > mean else mean
-        busiest, combine = self._parts(batch, -(-mean // self._block), -(-longest // self._block))
-        streamed = context_sum * self._stream_s_per_key
-        return self._launch_s + smooth_max(busiest, streamed, self._overlap) + combine
+        key = (batch, -(-mean // block), -(-longest // block))
+        parts = self._memo.get(key)
+        busiest, combine = self._parts(*key) if parts is None else parts
+        return (
+            self._launch_s + self._kernel_s(busiest, context_sum * self._stream_s_per_key) + combine
+        )
+
+    def _kernel_s(self, busiest: Times, streamed: Times) -> Times:
+        """The busiest SM against the whole stream (a plain sum at the fitted exponent 1)."""
+        if self._additive:
+            return busiest + streamed
+        return smooth_max(busiest, streamed, self._overlap)
 
     def _parts(self, batch: int, blocks: float, table_blocks: float) -> tuple[float, float]:
         """(the busiest SM's time, the combine kernel's), memoised."""
@@ -163,9 +183,6 @@ class DecodeAttention:
             return busiest, 0.0
         merged = f.decode_combine_per_split_s * batch * self._query_heads * work.splits
         return busiest, f.decode_combine_launch_s + merged
-
-
-_DECODE_MEMO_SIZE = 1 << 18  # (batch, blocks, table) triples; a long run revisits few
 
 
 def _multiprocessors(gpu: GPUSpec) -> int:
