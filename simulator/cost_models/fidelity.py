@@ -225,30 +225,47 @@ def _layer_comparisons(
 
 
 def llmservingsim_attention(root: Path) -> Iterator[Comparison]:
-    """Its H100 decode attention (`flash_attn_varlen_func`, Llama-3.1-70B at TP 4), priced
-    twice: by the catalog's H100 attention parameters (the A100's, so held out) with the
-    kernel's own work split, and by a fit to these very decode points (fitted)."""
+    """Its H100 attention (`flash_attn_varlen_func`, Llama-3.1-70B at TP 4): decodes priced
+    by the catalog's H100 attention parameters (the A100's, so held out) with the kernel's
+    own work split and by a fit to these very decode points (fitted); prefill chunks over a
+    cache by the catalog (held out)."""
     gpu = get_gpu("h100-sxm")
     for path in sorted((root / "llmservingsim_h100").glob("*/*/tp*/attention.csv")):
         for p in read_attention_points(path, layout="llmservingsim"):
-            roofline = _roofline(p.spec, gpu, p.tensor_parallel)
-            kv = p.decode_batch * (p.decode_cached + 1.0)
-            before = np.array(
-                [
-                    roofline.decode_attention_layer_s(int(b), int(k))
-                    for b, k in zip(p.decode_batch, kv, strict=True)
-                ]
-            )
-            catalog = replace(_fit(gpu), decode_attention_kernel=p.decode_kernel)
-            own = fit_attention(gpu, [_decode_only(p)], catalog)
-            for label, fit, held in (("", catalog, True), (" (own fit)", own, False)):
-                times = KernelTimes(gpu, fit, "fp16", PROFILE_ELEM_BYTES)
-                decode, _ = predict_attention_s(times, p)
-                yield Comparison(
-                    f"llmservingsim attention decode{label}", gpu.name, p.model,
-                    p.tensor_parallel, held, p.decode_batch, p.decode_cached, p.decode_s,
-                    before, decode,
-                )  # fmt: skip
+            yield from _llmservingsim_decode(p, gpu)
+            yield _llmservingsim_prefill(p, gpu)
+
+
+def _llmservingsim_decode(p: AttentionPoints, gpu: GPUSpec) -> Iterator[Comparison]:
+    roofline = _roofline(p.spec, gpu, p.tensor_parallel)
+    kv = p.decode_batch * (p.decode_cached + 1.0)
+    before = np.array(
+        [
+            roofline.decode_attention_layer_s(int(b), int(k))
+            for b, k in zip(p.decode_batch, kv, strict=True)
+        ]
+    )
+    catalog = replace(_fit(gpu), decode_attention_kernel=p.decode_kernel)
+    own = fit_attention(gpu, [_decode_only(p)], catalog)
+    for label, fit, held in (("", catalog, True), (" (own fit)", own, False)):
+        decode, _ = predict_attention_s(KernelTimes(gpu, fit, "fp16", PROFILE_ELEM_BYTES), p)
+        yield Comparison(
+            f"llmservingsim attention decode{label}", gpu.name, p.model, p.tensor_parallel,
+            held, p.decode_batch, p.decode_cached, p.decode_s, before, decode,
+        )  # fmt: skip
+
+
+def _llmservingsim_prefill(p: AttentionPoints, gpu: GPUSpec) -> Comparison:
+    roofline = _roofline(p.spec, gpu, p.tensor_parallel)
+    before = [
+        roofline.prefill_attention_layer_s(int(c), int(k))
+        for c, k in zip(p.prefill_chunk, p.prefill_cached, strict=True)
+    ]
+    _, after = predict_attention_s(KernelTimes(gpu, _fit(gpu), "fp16", PROFILE_ELEM_BYTES), p)
+    return Comparison(
+        "llmservingsim attention prefill (over a cache)", gpu.name, p.model, p.tensor_parallel,
+        True, p.prefill_chunk, p.prefill_cached, p.prefill_s, np.array(before), after,
+    )  # fmt: skip
 
 
 def _decode_only(points: AttentionPoints) -> AttentionPoints:
