@@ -177,3 +177,13 @@ def test_a_user_fits_llmservingsim_attention_with_one_command(tmp_path: Path) ->
     assert fit.decode_attention_kernel == "flash_varlen"
     assert "--attention-layout llmservingsim" in fit.source
     assert 0.5 < fit.decode_cta_bandwidth_share < 1.0  # about 20 GB/s of 25 per SM
+
+
+def test_a_gpu_without_an_sm_count_is_refused_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    mlp = DEFAULT_DATA / "vidur/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv"
+    args = ["fit-cost-model", "--gpu", "cpu", "--mlp-csv", str(mlp)]
+    assert main([*args, "--attention-from", "a100-80gb", "--out", "unused.json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cpu has no multiprocessor count" in err and "\n" not in err

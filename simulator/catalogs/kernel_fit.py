@@ -21,6 +21,26 @@ ELEMENTWISE_KINDS = ("norm", "rope", "activation", "residual_add", "embedding")
 TEXT_FIELDS = ("gpu", "decode_attention_kernel", "source")
 # The decode kernels a fit can describe (simulator/cost_models/decode_attention.py).
 DECODE_KERNEL_NAMES = ("flash_decoding", "flash_varlen")
+# The attention parameters a fit takes from its attention profile (or from another GPU's
+# fit, `--attention-from`); the prefill kernel's bytes share is fixed, not among them.
+ATTENTION_PARAMETERS = (
+    "attention_compute_efficiency",
+    "decode_attention_launch_s",
+    "decode_cta_s",
+    "decode_cta_bandwidth_share",
+    "decode_shared_cta_s",
+    "decode_shared_cta_bandwidth_share",
+    "decode_memory_efficiency",
+    "decode_overlap",
+    "decode_combine_launch_s",
+    "decode_combine_per_split_s",
+    "prefill_attention_launch_s",
+)
+# Fields of older fit files, and the change that removed them.
+_OLD_FIELDS = {
+    "decode_attention_per_sequence_s": "the work-split decode attention",
+    "elementwise_launch_s": "per-kind elementwise kernels",
+}
 
 
 @dataclass(frozen=True)
@@ -91,18 +111,13 @@ class KernelFit:
         if not isinstance(data, dict):
             raise WorkbenchError("expected a JSON object of fit parameters", source=source)
         names = [f.name for f in fields(cls)]
-        if "decode_attention_per_sequence_s" in data:
-            raise WorkbenchError(
-                "a kernel fit from before the work-split decode attention (one "
-                "decode_attention_per_sequence_s); refit it with `workbench fit-cost-model`",
-                source=source, field=field,
-            )  # fmt: skip
-        if "elementwise_launch_s" in data:
-            raise WorkbenchError(
-                "a kernel fit from before per-kind elementwise kernels (one "
-                "elementwise_launch_s for all); refit it with `workbench fit-cost-model`",
-                source=source, field=field,
-            )  # fmt: skip
+        for old, change in _OLD_FIELDS.items():
+            if old in data:
+                raise WorkbenchError(
+                    f"a kernel fit from before {change} (it has {old}); refit it with "
+                    "`workbench fit-cost-model`",
+                    source=source, field=field,
+                )  # fmt: skip
         missing = [n for n in names if n not in data]
         unknown = [k for k in data if k not in names]
         if missing or unknown:
@@ -127,3 +142,9 @@ class KernelFit:
 
 def _positive_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def attention_of(fit: KernelFit) -> dict[str, Any]:
+    """`fit`'s attention parameters and decode kernel, to give another GPU's fit."""
+    names = (*ATTENTION_PARAMETERS, "decode_attention_kernel")
+    return {name: getattr(fit, name) for name in names}

@@ -3,8 +3,9 @@
 Each was fitted by the command in its `source`, run from the repository root on the profile
 copies in `data/profiles/vidur/` (Vidur's measured A100, H100 and A40 kernels, MIT; see
 that folder's README), with whole models and TP 4 held out to check the fit on. Only the
-A100 has an attention profile (Llama-2-70B at TP 2): the H100 and A40 take its attention
-efficiencies (`--attention-from a100-80gb`), applied to their own peaks. The errors on
+A100 has a profile of the serving engines' attention kernels (Llama-2-70B at TP 2): the
+H100 and A40 take its attention parameters (`attention_of`, as `--attention-from a100-80gb`
+does), applied to their own peaks, bandwidth and SM counts. The errors on
 fitted and held-out points are in docs/cost_model_fidelity.md
 (`python benchmarks/cost_model_fidelity.py`). Regenerate after changing the kernel model:
 run each `source` command with `--out FILE.json` and copy the numbers here.
@@ -12,7 +13,7 @@ run each `source` command with `--out FILE.json` and copy the numbers here.
 
 from __future__ import annotations
 
-from simulator.catalogs.kernel_fit import KernelFit
+from simulator.catalogs.kernel_fit import KernelFit, attention_of
 
 A100_FIT = KernelFit(
     gpu="a100-80gb",
@@ -70,18 +71,7 @@ H100_FIT = KernelFit(
     embedding_memory_efficiency=0.1878,
     embedding_launch_s=2.96e-06,
     attention_memory_efficiency=0.7,
-    attention_compute_efficiency=0.3625,
-    decode_attention_launch_s=2.361e-06,
-    decode_attention_kernel="flash_decoding",
-    decode_cta_s=5.076e-06,
-    decode_cta_bandwidth_share=1.37,
-    decode_shared_cta_s=6.496e-06,
-    decode_shared_cta_bandwidth_share=1.027,
-    decode_memory_efficiency=1.492,
-    decode_overlap=1.0,
-    decode_combine_launch_s=1.586e-06,
-    decode_combine_per_split_s=2.806e-09,
-    prefill_attention_launch_s=2.494e-05,
+    **attention_of(A100_FIT),  # --attention-from a100-80gb
     source=(
         "workbench fit-cost-model --gpu h100-sxm --mlp-csv "
         "data/profiles/vidur/compute/h100/*/*/mlp.csv --attention-from a100-80gb "
@@ -107,18 +97,7 @@ A40_FIT = KernelFit(
     embedding_memory_efficiency=0.511,
     embedding_launch_s=2.67e-06,
     attention_memory_efficiency=0.7,
-    attention_compute_efficiency=0.3625,
-    decode_attention_launch_s=2.361e-06,
-    decode_attention_kernel="flash_decoding",
-    decode_cta_s=5.076e-06,
-    decode_cta_bandwidth_share=1.37,
-    decode_shared_cta_s=6.496e-06,
-    decode_shared_cta_bandwidth_share=1.027,
-    decode_memory_efficiency=1.492,
-    decode_overlap=1.0,
-    decode_combine_launch_s=1.586e-06,
-    decode_combine_per_split_s=2.806e-09,
-    prefill_attention_launch_s=2.494e-05,
+    **attention_of(A100_FIT),  # --attention-from a100-80gb
     source=(
         "workbench fit-cost-model --gpu a40 --mlp-csv "
         "data/profiles/vidur/compute/a40/*/*/mlp.csv --attention-from a100-80gb "

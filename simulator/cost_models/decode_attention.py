@@ -28,8 +28,6 @@ from functools import lru_cache
 
 import numpy as np
 
-from workbench.errors import WorkbenchError
-
 RESIDENT_CTAS = 2  # both kernels' tiles fit two CTAs per SM in shared memory (A100, H100)
 MAX_SPLITS = 128  # FlashAttention's cap
 
@@ -51,17 +49,6 @@ DECODE_KERNELS = {
         DecodeKernel("flash_varlen", per_query_head=True, key_block=64, splits_context=False),
     )
 }
-
-
-def decode_kernel(name: str) -> DecodeKernel:
-    kernel = DECODE_KERNELS.get(name)
-    if kernel is None:
-        known = ", ".join(sorted(DECODE_KERNELS))
-        raise WorkbenchError(
-            f"unknown decode attention kernel {name!r}; expected one of {known}",
-            field="decode_attention_kernel",
-        )
-    return kernel
 
 
 @lru_cache(maxsize=65536)

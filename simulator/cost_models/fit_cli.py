@@ -19,9 +19,8 @@ from typing import Any
 import numpy as np
 
 from simulator.catalogs.hardware import get_gpu
-from simulator.catalogs.kernel_fit import KernelFit
+from simulator.catalogs.kernel_fit import KernelFit, attention_of
 from simulator.cost_models.kernel_fitting import (
-    ATTENTION_PARAMETERS,
     START,
     HoldOut,
     fit_attention,
@@ -119,8 +118,7 @@ def _with_attention(
             "take attention parameters from: give --attention-csv or --attention-from GPU",
             field="--attention-csv",
         )
-    names = (*ATTENTION_PARAMETERS, "decode_attention_kernel")
-    return replace(fit, **{n: getattr(donor, n) for n in names})
+    return replace(fit, **attention_of(donor))
 
 
 def _source(request: FitRequest) -> str:

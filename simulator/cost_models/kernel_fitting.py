@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from simulator.catalogs.hardware import GPUSpec
-from simulator.catalogs.kernel_fit import ELEMENTWISE_KINDS, KernelFit
+from simulator.catalogs.kernel_fit import ATTENTION_PARAMETERS, ELEMENTWISE_KINDS, KernelFit
 from simulator.cost_models.kernel_profiles import PROFILE_ELEM_BYTES, AttentionPoints, OpPoints
 from simulator.cost_models.kernel_times import KernelTimes
 from simulator.cost_models.least_squares import levenberg_marquardt
@@ -27,19 +27,6 @@ TOKEN_OP_PARAMETERS = (
     "gemm_overlap",
     "gemm_launch_s",
     *(f"{kind}_{term}" for kind in ELEMENTWISE_KINDS for term in ("memory_efficiency", "launch_s")),
-)
-ATTENTION_PARAMETERS = (
-    "attention_compute_efficiency",
-    "decode_attention_launch_s",
-    "decode_cta_s",
-    "decode_cta_bandwidth_share",
-    "decode_shared_cta_s",
-    "decode_shared_cta_bandwidth_share",
-    "decode_memory_efficiency",
-    "decode_overlap",
-    "decode_combine_launch_s",
-    "decode_combine_per_split_s",
-    "prefill_attention_launch_s",
 )
 _MICROSECOND = 1e-6
 _MOST_OVERLAP = float(np.log(15.0))

@@ -27,7 +27,7 @@ import numpy as np
 
 from simulator.catalogs.hardware import GPUSpec
 from simulator.catalogs.kernel_fit import ELEMENTWISE_KINDS, KernelFit
-from simulator.cost_models.decode_attention import busiest_sm_s, decode_kernel, decode_work
+from simulator.cost_models.decode_attention import DECODE_KERNELS, busiest_sm_s, decode_work
 from simulator.cost_models.layer_ops import LayerShape
 from workbench.errors import WorkbenchError
 
@@ -57,7 +57,7 @@ class KernelTimes:
         self.elem_bytes = elem_bytes
         self._flops_rate = gpu.peak_flops(dtype)
         self._bandwidth = gpu.memory_bandwidth_bytes_s
-        self.decode_kernel = decode_kernel(fit.decode_attention_kernel)
+        self.decode_kernel = DECODE_KERNELS[fit.decode_attention_kernel]  # checked on load
         self.multiprocessors = _multiprocessors(gpu)
         per_sm = self._bandwidth / self.multiprocessors
         self.lone_cta = (fit.decode_cta_s, per_sm * fit.decode_cta_bandwidth_share)
