@@ -151,7 +151,7 @@ def test_a_user_refits_from_a_vidur_csv_with_one_command(tmp_path: Path) -> None
     fit = KernelFit.from_json(out)
     catalog = get_gpu("a100-80gb").kernel_fit
     assert catalog is not None
-    assert fit.attention_compute_efficiency == catalog.attention_compute_efficiency  # reused
+    assert fit.prefill_shared_cta_flops_share == catalog.prefill_shared_cta_flops_share  # reused
     assert 0.5 < fit.gemm_compute_efficiency < 1.0
     assert "--hold-out-tp 8" in fit.source
     user_fit = f"cost_model={{kind: fitted, fit_path: {out}}}"

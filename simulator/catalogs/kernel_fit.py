@@ -19,12 +19,12 @@ from workbench.errors import WorkbenchError
 
 ELEMENTWISE_KINDS = ("norm", "rope", "activation", "residual_add", "embedding")
 TEXT_FIELDS = ("gpu", "decode_attention_kernel", "source")
-# The decode kernels a fit can describe (simulator/cost_models/decode_attention.py).
+# The attention kernels a fit can describe, decode and prefill alike
+# (simulator/cost_models/decode_attention.py, prefill_attention.py).
 DECODE_KERNEL_NAMES = ("flash_decoding", "flash_varlen")
 # The attention parameters a fit takes from its attention profile (or from another GPU's
-# fit, `--attention-from`); the prefill kernel's bytes share is fixed, not among them.
+# fit, `--attention-from`).
 ATTENTION_PARAMETERS = (
-    "attention_compute_efficiency",
     "decode_attention_launch_s",
     "decode_cta_s",
     "decode_cta_bandwidth_share",
@@ -35,11 +35,20 @@ ATTENTION_PARAMETERS = (
     "decode_combine_launch_s",
     "decode_combine_per_split_s",
     "prefill_attention_launch_s",
+    "prefill_cta_s",
+    "prefill_cta_flops_share",
+    "prefill_copy_bandwidth_share",
+    "prefill_shared_cta_s",
+    "prefill_shared_cta_flops_share",
+    "prefill_shared_copy_bandwidth_share",
+    "prefill_combine_s",
+    "prefill_tail_share",
 )
 # Fields of older fit files, and the change that removed them.
 _OLD_FIELDS = {
     "decode_attention_per_sequence_s": "the work-split decode attention",
     "elementwise_launch_s": "per-kind elementwise kernels",
+    "attention_compute_efficiency": "the work-split prefill attention",
 }
 
 
@@ -52,9 +61,9 @@ class KernelFit:
     Elementwise kernels, one pair of parameters per kind (`ELEMENTWISE_KINDS`): launch +
     bytes at a share of bandwidth. One pair for all five mispriced some by up to 2.7× (the
     residual add over, the embedding gather under; Vidur's profiles), errors that only
-    cancelled in a layer's sum. Attention: decode kernels read the KV at a share of bandwidth
-    plus a per-sequence cost; prefill (and multi-query verification) kernels run at a share
-    of peak FLOP/s.
+    cancelled in a layer's sum. Attention: decode and prefill kernels priced by how they lay
+    their CTAs on the SMs, each CTA a fixed cost plus its key blocks at a share of one SM's
+    bandwidth (decode) or FLOP/s (prefill), alone on its SM or sharing it.
     """
 
     gpu: str  # catalog name the fit was made for
@@ -72,10 +81,8 @@ class KernelFit:
     residual_add_launch_s: float
     embedding_memory_efficiency: float  # the token embedding gather, once per step
     embedding_launch_s: float
-    attention_memory_efficiency: float
-    attention_compute_efficiency: float
     decode_attention_launch_s: float
-    decode_attention_kernel: str  # decode_attention.DECODE_KERNELS: the profiled kernel
+    decode_attention_kernel: str  # the profiled attention kernels: DECODE_KERNEL_NAMES
     decode_cta_s: float  # fixed cost of a CTA alone on its SM
     decode_cta_bandwidth_share: float  # its streaming rate, a share of bandwidth / SMs
     decode_shared_cta_s: float  # the same for each of two CTAs sharing an SM
@@ -85,6 +92,14 @@ class KernelFit:
     decode_combine_launch_s: float  # the split-KV combine kernel
     decode_combine_per_split_s: float  # per (sequence, head, split) it merges
     prefill_attention_launch_s: float
+    prefill_cta_s: float  # fixed cost of a prefill CTA alone on its SM
+    prefill_cta_flops_share: float  # its key blocks' FLOPs: a share of peak FLOP/s / SMs
+    prefill_copy_bandwidth_share: float  # its copies of new keys: a share of bandwidth / SMs
+    prefill_shared_cta_s: float  # the same three for a CTA sharing its SM
+    prefill_shared_cta_flops_share: float
+    prefill_shared_copy_bandwidth_share: float
+    prefill_combine_s: float  # the split-KV combine kernel after a split prefill
+    prefill_tail_share: float  # past one wave: the share of the longest CTA after the spread
     source: str  # data fitted on, data held out, how (free text)
 
     def to_json(self, path: Path) -> None:

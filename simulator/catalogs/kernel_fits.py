@@ -31,19 +31,25 @@ A100_FIT = KernelFit(
     residual_add_launch_s=1.664e-06,
     embedding_memory_efficiency=0.157,
     embedding_launch_s=3.548e-06,
-    attention_memory_efficiency=0.7,
-    attention_compute_efficiency=0.3625,
-    decode_attention_launch_s=2.361e-06,
+    decode_attention_launch_s=2.363e-06,
     decode_attention_kernel="flash_decoding",
-    decode_cta_s=5.076e-06,
-    decode_cta_bandwidth_share=1.37,
-    decode_shared_cta_s=6.496e-06,
+    decode_cta_s=5.075e-06,
+    decode_cta_bandwidth_share=1.371,
+    decode_shared_cta_s=6.495e-06,
     decode_shared_cta_bandwidth_share=1.027,
     decode_memory_efficiency=1.492,
     decode_overlap=1.0,
-    decode_combine_launch_s=1.586e-06,
+    decode_combine_launch_s=1.587e-06,
     decode_combine_per_split_s=2.806e-09,
-    prefill_attention_launch_s=2.494e-05,
+    prefill_attention_launch_s=5.617e-06,
+    prefill_cta_s=1.326e-06,
+    prefill_cta_flops_share=0.4675,
+    prefill_copy_bandwidth_share=0.6217,
+    prefill_shared_cta_s=5.903e-06,
+    prefill_shared_cta_flops_share=0.3166,
+    prefill_shared_copy_bandwidth_share=0.7793,
+    prefill_combine_s=8.194e-06,
+    prefill_tail_share=0.5179,
     source=(
         "workbench fit-cost-model --gpu a100-80gb --mlp-csv "
         "data/profiles/vidur/compute/a100/*/*/mlp.csv --attention-csv "
@@ -70,7 +76,6 @@ H100_FIT = KernelFit(
     residual_add_launch_s=1.411e-06,
     embedding_memory_efficiency=0.1878,
     embedding_launch_s=2.96e-06,
-    attention_memory_efficiency=0.7,
     **attention_of(A100_FIT),  # --attention-from a100-80gb
     source=(
         "workbench fit-cost-model --gpu h100-sxm --mlp-csv "
@@ -96,7 +101,6 @@ A40_FIT = KernelFit(
     residual_add_launch_s=7.558e-07,
     embedding_memory_efficiency=0.511,
     embedding_launch_s=2.67e-06,
-    attention_memory_efficiency=0.7,
     **attention_of(A100_FIT),  # --attention-from a100-80gb
     source=(
         "workbench fit-cost-model --gpu a40 --mlp-csv "

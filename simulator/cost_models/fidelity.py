@@ -175,6 +175,9 @@ _HF_TOKEN_LAYERS = (
 )  # fmt: skip
 
 
+FORWARD_KERNEL = "flash_varlen"  # FlashAttention-2's forward kernel: no split, no KV copy
+
+
 def llmservingsim_layers(root: Path) -> Iterator[Comparison]:
     gpu = get_gpu("h100-sxm")
     for path in sorted((root / "llmservingsim_h100").glob("*/*/tp*/layers.csv")):
@@ -191,6 +194,10 @@ def _layer_comparisons(
     times = KernelTimes(gpu, fit, "fp16", PROFILE_ELEM_BYTES)
     tp = layers.tensor_parallel
     fitted = FittedCostModel(spec, gpu, fit, tp, "fp16", FittedCostConfig(kind="fitted"))
+    # Its `attn` is FlashAttention's forward kernel over the prompt (no cache to write to):
+    # the catalog's attention parameters on that kernel's layout.
+    forward = replace(fit, decode_attention_kernel=FORWARD_KERNEL)
+    attention = FittedCostModel(spec, gpu, forward, tp, "fp16", FittedCostConfig(kind="fitted"))
     roofline = _roofline(spec, gpu, tp)
     t = layers.tokens
     gemms = _unfused_gemms(spec, tp)
@@ -214,7 +221,7 @@ def _layer_comparisons(
         "attention (prefill, no cache)": (
             layers.seconds["attn"],
             [roofline.prefill_attention_layer_s(int(x), 0) for x in t],
-            [fitted.prefill_attention_layer_s(int(x), 0) for x in t],
+            [attention.prefill_attention_layer_s(int(x), 0) for x in t],
         ),
     }
     for what, (measured, before, after) in parts.items():
@@ -228,7 +235,7 @@ def llmservingsim_attention(root: Path) -> Iterator[Comparison]:
     """Its H100 attention (`flash_attn_varlen_func`, Llama-3.1-70B at TP 4): decodes priced
     by the catalog's H100 attention parameters (the A100's, so held out) with the kernel's
     own work split and by a fit to these very decode points (fitted); prefill chunks over a
-    cache by the catalog (held out)."""
+    cache by the catalog's parameters on the kernel's layout (held out)."""
     gpu = get_gpu("h100-sxm")
     for path in sorted((root / "llmservingsim_h100").glob("*/*/tp*/attention.csv")):
         for p in read_attention_points(path, layout="llmservingsim"):
@@ -261,7 +268,8 @@ def _llmservingsim_prefill(p: AttentionPoints, gpu: GPUSpec) -> Comparison:
         roofline.prefill_attention_layer_s(int(c), int(k))
         for c, k in zip(p.prefill_chunk, p.prefill_cached, strict=True)
     ]
-    _, after = predict_attention_s(KernelTimes(gpu, _fit(gpu), "fp16", PROFILE_ELEM_BYTES), p)
+    catalog = replace(_fit(gpu), decode_attention_kernel=p.decode_kernel)
+    _, after = predict_attention_s(KernelTimes(gpu, catalog, "fp16", PROFILE_ELEM_BYTES), p)
     return Comparison(
         "llmservingsim attention prefill (over a cache)", gpu.name, p.model, p.tensor_parallel,
         True, p.prefill_chunk, p.prefill_cached, p.prefill_s, np.array(before), after,

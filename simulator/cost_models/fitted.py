@@ -11,11 +11,10 @@ CUDA graphs; it applies to a draft model's forwards with the draft's own layer c
 Attention: plain decodes (one query per sequence) run the decode kernel, priced by how it
 lays its CTAs on the SMs (`decode_attention.py`). Prefill chunks and multi-token decodes
 (speculative verification, lookahead windows: several queries per sequence) run the
-prefill kernel, one launch for all of them, at a share of peak FLOP/s over c·(p + c) pairs
-per chunk (its own causal triangle costs about the square, as measured;
-`kernel_fitting.prefill_pairs`) and the StepWork's pairs for verified tokens. So multi-token
-steps are priced through the same fitted GEMM curve as any batch: 121 tokens cost what the
-measured GEMMs say 121 rows cost.
+prefill kernel, one launch for all of them, priced by its CTAs on the SMs
+(`prefill_attention.py`); a multi-token decode's windows count as chunks over the batch's
+mean cached keys (`verified_chunks`). So multi-token steps are priced through the same
+fitted GEMM curve as any batch: 121 tokens cost what the measured GEMMs say 121 rows cost.
 """
 
 from __future__ import annotations
@@ -54,6 +53,7 @@ class FittedCostModel(SplitCostModel):
         self._times = KernelTimes(gpu, fit, dtype, elem)
         self._shape = LayerShape.of(model, tensor_parallel, elem)
         self._decode = self._times.decode(self._shape)
+        self._prefill = self._times.prefill(self._shape)
         self._ops = self._shape.token_ops()
         self._layers = float(model.num_layers)
         overhead_ms = cfg.step_overhead_ms + cfg.layer_overhead_ms * model.num_layers
@@ -87,29 +87,18 @@ class FittedCostModel(SplitCostModel):
 
     def _attention_layer_s(self, work: StepWork) -> float:
         """One layer's attention kernels: the decode kernel for plain decodes, the prefill
-        kernel (one launch) for prefill chunks and multi-query verification. Python floats:
-        a step's few numbers are cheaper without numpy."""
-        shape = self._shape
+        kernel (one launch) for prefill chunks and multi-query verification."""
         total = 0.0
-        pairs = 0.0  # (query, key) pairs the prefill kernel computes
-        moved = 0.0  # bytes it reads and writes
+        pairs = zip(work.prefill_chunk_tokens, work.prefill_context_tokens, strict=True)
+        chunks = [(c, p, 1) for c, p in pairs]
         if work.decode_extra_tokens:
-            verified = work.decode_batch_size + work.decode_extra_tokens
-            pairs += work.decode_context_sum + work.decode_extra_context_sum
-            moved += shape.kv_bytes_per_token * work.decode_context_sum
-            moved += shape.query_bytes_per_token * verified
+            chunks.extend(verified_chunks(work))
         elif work.decode_batch_size:
             total += self._decode.step_s(
                 work.decode_batch_size, work.decode_context_sum, work.decode_context_max
             )
-        chunks = zip(work.prefill_chunk_tokens, work.prefill_context_tokens, strict=True)
-        for chunk, cached in chunks:
-            pairs += chunk * (cached + chunk)  # kernel_fitting.prefill_pairs
-            moved += shape.kv_bytes_per_token * (cached + chunk)
-            moved += shape.query_bytes_per_token * chunk
-        if pairs:
-            flops = shape.attention_flops_per_pair * pairs
-            total += self._times.prefill_attention_s(flops, moved)
+        if chunks:
+            total += self._prefill.step_s(tuple(chunks))
         return total
 
     def _token_level_s(self, tokens: int) -> float:
@@ -159,3 +148,14 @@ class FittedCostModel(SplitCostModel):
         return self._attention_layer_s(
             StepWork(prefill_chunk_tokens=(chunk,), prefill_context_tokens=(cached,))
         )
+
+
+def verified_chunks(work: StepWork) -> list[tuple[int, int, int]]:
+    """A multi-token decode as prefill chunks: its sequences' windows (the wider ones first
+    when the tokens do not divide evenly) over their mean cached keys."""
+    batch = work.decode_batch_size
+    tokens = batch + work.decode_extra_tokens
+    narrow, wider = divmod(tokens, batch)
+    cached = max(round(work.decode_context_sum / batch) - 1, 0)
+    chunks = [(narrow + 1, cached, wider)] if wider else []
+    return [*chunks, (narrow, cached, batch - wider)]

@@ -41,11 +41,6 @@ START = KernelFit(
     gemm_launch_s=5e-6,
     **{f"{kind}_memory_efficiency": 0.6 for kind in ELEMENTWISE_KINDS},
     **{f"{kind}_launch_s": 3e-6 for kind in ELEMENTWISE_KINDS},
-    # Not fitted: the prefill kernel's bytes term. Vidur's prefill points are all
-    # compute-bound and leave it free (fitted alone it ran off to 8e6); 0.7 of bandwidth
-    # prices memory-bound multi-query steps (short verification windows over long contexts).
-    attention_memory_efficiency=0.7,
-    attention_compute_efficiency=0.3,
     decode_attention_launch_s=5e-6,
     decode_attention_kernel="flash_decoding",
     decode_cta_s=3e-6,
@@ -56,7 +51,15 @@ START = KernelFit(
     decode_overlap=3.0,
     decode_combine_launch_s=4e-6,
     decode_combine_per_split_s=0.01e-6,
-    prefill_attention_launch_s=10e-6,
+    prefill_attention_launch_s=6e-6,
+    prefill_cta_s=1e-6,
+    prefill_cta_flops_share=0.45,
+    prefill_copy_bandwidth_share=0.6,
+    prefill_shared_cta_s=5e-6,
+    prefill_shared_cta_flops_share=0.3,
+    prefill_shared_copy_bandwidth_share=0.8,
+    prefill_combine_s=8e-6,
+    prefill_tail_share=0.5,
     source="",
 )
 
@@ -97,22 +100,15 @@ def predict_attention_s(
     for b, at in _by_batch(points.decode_batch):
         sums = b * (points.decode_cached[at] + 1.0)  # each sequence's keys incl. the new one
         decode[at] = attention.steps_s(b, sums, points.decode_table_keys[at])
-    chunk, cached = points.prefill_chunk, points.prefill_cached
-    flops = shape.attention_flops_per_pair * prefill_pairs(chunk, cached)
-    moved = (cached + chunk) * shape.kv_bytes_per_token + chunk * shape.query_bytes_per_token
-    return decode, times.prefill_attention_s(flops, moved)
+    prefill = times.prefill(shape)
+    chunks = zip(points.prefill_chunk.tolist(), points.prefill_cached.tolist(), strict=True)
+    works = [prefill.work([(int(c), int(p), 1)], points.prefill_causal) for c, p in chunks]
+    return decode, prefill.works_s(works)
 
 
 def _by_batch(batch: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """(batch size, indices of the points at it): the decode kernel's split depends on it."""
     return [(int(b), np.flatnonzero(batch == b)) for b in np.unique(batch)]
-
-
-def prefill_pairs(chunk: np.ndarray, cached: np.ndarray) -> np.ndarray:
-    """(query, key) pairs a prefill kernel pays for: a chunk's own causal triangle costs
-    about what the full square would (Vidur's A100 profile: a 4096-token chunk over nothing
-    takes as long per pair as a 1024-token chunk over 2048 cached), so c·(p + c)."""
-    return chunk * (cached + chunk)
 
 
 def fit_token_ops(gpu: GPUSpec, points: Sequence[OpPoints], base: KernelFit) -> KernelFit:

@@ -70,6 +70,7 @@ class AttentionPoints:
     prefill_chunk: np.ndarray  # (p,) batch 1
     prefill_cached: np.ndarray  # (p,)
     prefill_s: np.ndarray  # (p,)
+    prefill_causal: bool = True  # LLMServingSim's profiler ran its prefills without the mask
 
 
 def model_label(path: Path) -> str:
@@ -119,7 +120,8 @@ def read_attention_points(
         spec = ModelSpec(label, 1, n_embd, 4 * n_embd, q_heads, kv_heads, head_dim, 1, False)
         shape = LayerShape.of(spec, tp, PROFILE_ELEM_BYTES)
         decode, prefill = read(rows, s, extras)
-        out.append(AttentionPoints(table.source, label, tp, spec, shape, *decode, *prefill))
+        causal = layout != "llmservingsim"
+        out.append(AttentionPoints(table.source, label, tp, spec, shape, *decode, *prefill, causal))
     return out
 
 

@@ -16,11 +16,13 @@ RoPE, activation, residual add, embedding gather).
 Decode attention (one query per sequence): launch + smooth_max(the busiest SM's rounds of
 CTAs, all KV bytes / (bandwidth · η_d)) + a combine kernel when the context is split
 (`decode_attention.py`: how the fit's kernel divides the work). Prefill and multi-query
-attention: launch + smooth_max(FLOPs / (peak_flops · η_ac), bytes / (bandwidth · η_a)).
+attention: launch + smooth_max(the CTAs' time on the SMs, all KV bytes at the decode's
+streaming rate) + a combine kernel when split (`prefill_attention.py`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -29,6 +31,7 @@ from simulator.catalogs.hardware import GPUSpec
 from simulator.catalogs.kernel_fit import ELEMENTWISE_KINDS, KernelFit
 from simulator.cost_models.decode_attention import DECODE_KERNELS, busiest_sm_s, decode_work
 from simulator.cost_models.layer_ops import LayerShape
+from simulator.cost_models.prefill_attention import PREFILL_KERNELS, PrefillWork, prefill_work
 from workbench.errors import WorkbenchError
 
 Times = TypeVar("Times", float, np.ndarray)
@@ -55,18 +58,18 @@ class KernelTimes:
     def __init__(self, gpu: GPUSpec, fit: KernelFit, dtype: str, elem_bytes: int) -> None:
         self.fit = fit
         self.elem_bytes = elem_bytes
-        self._flops_rate = gpu.peak_flops(dtype)
-        self._bandwidth = gpu.memory_bandwidth_bytes_s
+        self.peak_flops = gpu.peak_flops(dtype)
+        self.bandwidth = gpu.memory_bandwidth_bytes_s
         self.decode_kernel = DECODE_KERNELS[fit.decode_attention_kernel]  # checked on load
         self.multiprocessors = _multiprocessors(gpu)
-        per_sm = self._bandwidth / self.multiprocessors
+        per_sm = self.bandwidth / self.multiprocessors
         self.lone_cta = (fit.decode_cta_s, per_sm * fit.decode_cta_bandwidth_share)
         self.shared_cta = (fit.decode_shared_cta_s, per_sm * fit.decode_shared_cta_bandwidth_share)
-        self.decode_stream_bytes_s = self._bandwidth * fit.decode_memory_efficiency
+        self.decode_stream_bytes_s = self.bandwidth * fit.decode_memory_efficiency
         self._elementwise = {  # kind: (launch, bytes per second)
             kind: (
                 getattr(fit, f"{kind}_launch_s"),
-                self._bandwidth * getattr(fit, f"{kind}_memory_efficiency"),
+                self.bandwidth * getattr(fit, f"{kind}_memory_efficiency"),
             )
             for kind in ELEMENTWISE_KINDS
         }
@@ -74,9 +77,9 @@ class KernelTimes:
     def gemm_s(self, m: np.ndarray, k: float, n: float) -> np.ndarray:
         """`m` (array) rows through a k × n weight matrix."""
         f = self.fit
-        compute = 2.0 * padded_rows(m) * k * n / (self._flops_rate * f.gemm_compute_efficiency)
+        compute = 2.0 * padded_rows(m) * k * n / (self.peak_flops * f.gemm_compute_efficiency)
         moved = self.elem_bytes * (k * n + m * (k + n))
-        memory = moved / (self._bandwidth * f.gemm_memory_efficiency)
+        memory = moved / (self.bandwidth * f.gemm_memory_efficiency)
         return f.gemm_launch_s + smooth_max(compute, memory, f.gemm_overlap)
 
     def elementwise_s(self, kind: str, moved_bytes: Times) -> Times:
@@ -88,12 +91,17 @@ class KernelTimes:
         """The decode attention of one layer of `shape` (hold on to it: it memoises)."""
         return DecodeAttention(self, shape)
 
-    def prefill_attention_s(self, flops: Times, moved_bytes: Times) -> Times:
-        """Chunks of several queries per sequence (prefill, verification), one launch."""
-        f = self.fit
-        compute = flops / (self._flops_rate * f.attention_compute_efficiency)
-        memory = moved_bytes / (self._bandwidth * f.attention_memory_efficiency)
-        return f.prefill_attention_launch_s + smooth_max(compute, memory, f.gemm_overlap)
+    def prefill(self, shape: LayerShape) -> PrefillAttention:
+        """The prefill attention of one layer of `shape` (hold on to it: it memoises)."""
+        return PrefillAttention(self, shape)
+
+    def attention_overlap_s(self, cta_s: Times, streamed_s: Times) -> Times:
+        """An attention kernel's CTAs against its whole KV stream (a plain sum at the
+        fitted exponent 1)."""
+        overlap = self.fit.decode_overlap
+        if overlap == 1.0:
+            return cta_s + streamed_s
+        return smooth_max(cta_s, streamed_s, overlap)
 
 
 _DECODE_MEMO_SIZE = 1 << 18  # (batch, blocks, table) triples; a long run revisits few
@@ -116,8 +124,6 @@ class DecodeAttention:
         self._head_bytes = 2.0 * shape.head_dim * shape.elem_bytes  # K and V, one key
         self._stream_s_per_key = self._heads * self._head_bytes / times.decode_stream_bytes_s
         self._launch_s = f.decode_attention_launch_s
-        self._overlap = f.decode_overlap
-        self._additive = f.decode_overlap == 1.0
         self._memo: dict[tuple[int, float, float], tuple[float, float]] = {}
 
     def steps_s(
@@ -140,7 +146,7 @@ class DecodeAttention:
             busiest, combine = self._parts(batch, blocks[0], tables[0])
         return (
             self._launch_s
-            + self._kernel_s(busiest, context_sums * self._stream_s_per_key)
+            + self._times.attention_overlap_s(busiest, context_sums * self._stream_s_per_key)
             + combine
         )
 
@@ -152,15 +158,8 @@ class DecodeAttention:
         key = (batch, -(-mean // block), -(-longest // block))
         parts = self._memo.get(key)
         busiest, combine = self._parts(*key) if parts is None else parts
-        return (
-            self._launch_s + self._kernel_s(busiest, context_sum * self._stream_s_per_key) + combine
-        )
-
-    def _kernel_s(self, busiest: Times, streamed: Times) -> Times:
-        """The busiest SM against the whole stream (a plain sum at the fitted exponent 1)."""
-        if self._additive:
-            return busiest + streamed
-        return smooth_max(busiest, streamed, self._overlap)
+        streamed = context_sum * self._stream_s_per_key
+        return self._launch_s + self._times.attention_overlap_s(busiest, streamed) + combine
 
     def _parts(self, batch: int, blocks: float, table_blocks: float) -> tuple[float, float]:
         """(the busiest SM's time, the combine kernel's), memoised."""
@@ -183,6 +182,73 @@ class DecodeAttention:
             return busiest, 0.0
         merged = f.decode_combine_per_split_s * batch * self._query_heads * work.splits
         return busiest, f.decode_combine_launch_s + merged
+
+
+class PrefillAttention:
+    """One layer's prefill (and multi-query) attention for one model shape on one GPU:
+    launch + smooth-max(the CTAs on the SMs, the whole KV streamed) + the combine kernel of
+    a split. Not memoised per step: a step's chunk list rarely recurs (tried: no faster);
+    the per-chunk sums are (`chunk_work`)."""
+
+    def __init__(self, times: KernelTimes, shape: LayerShape) -> None:
+        f = times.fit
+        self._times = times
+        self._kernel = PREFILL_KERNELS[f.decode_attention_kernel]  # checked on load
+        self._heads = shape.q_heads
+        k = self._kernel
+        sm_flops = times.peak_flops / times.multiprocessors
+        sm_bytes = times.bandwidth / times.multiprocessors
+        block_flops = 4.0 * k.query_block * k.key_block * shape.head_dim  # QKᵀ and PV
+        copy_bytes = 2.0 * 2.0 * k.key_block * shape.head_dim * shape.elem_bytes  # K, V in, out
+        self._lone = (
+            f.prefill_cta_s,
+            block_flops / (sm_flops * f.prefill_cta_flops_share),
+            copy_bytes / (sm_bytes * f.prefill_copy_bandwidth_share),
+        )
+        self._shared = (
+            f.prefill_shared_cta_s,
+            block_flops / (sm_flops * f.prefill_shared_cta_flops_share),
+            copy_bytes / (sm_bytes * f.prefill_shared_copy_bandwidth_share),
+        )
+        head_bytes = 2.0 * shape.head_dim * shape.elem_bytes  # K and V, one key
+        self._stream_s_per_key = shape.kv_heads * head_bytes / times.decode_stream_bytes_s
+        self._slots = k.resident_ctas * times.multiprocessors
+
+    def step_s(self, chunks: tuple[tuple[int, int, int], ...]) -> float:
+        """A step's causal chunks: (new tokens, cached tokens, sequences like it), as
+        `prefill_work` takes them."""
+        return self.work_s(self.work(chunks))
+
+    def work(self, chunks: Sequence[tuple[int, int, int]], causal: bool = True) -> PrefillWork:
+        """How the kernel lays out `chunks` (`prefill_work`) for this shape and GPU."""
+        return prefill_work(self._kernel, chunks, self._heads, self._times.multiprocessors, causal)
+
+    def works_s(self, works: Sequence[PrefillWork]) -> np.ndarray:
+        """`work_s` of each of `works` (a profile's points)."""
+        return np.fromiter((self.work_s(w) for w in works), dtype=np.float64, count=len(works))
+
+    def work_s(self, work: PrefillWork) -> float:
+        """The kernel's time for one step's `work` (Python floats: it runs every step that
+        prefills): alone (no more CTAs than SMs), each CTA has its SM and the longest sets
+        the time; shared, up to one wave the longer of the longest and the spread over the
+        slots, past it the spread plus a share of the longest (the last CTAs start late)."""
+        t, f = self._times, self._times.fit
+        alone = work.ctas <= t.multiprocessors
+        fixed, block_s, copy_s = self._lone if alone else self._shared
+        longest = 0.0
+        for b, c in work.longest:
+            cta = b * block_s + c * copy_s
+            if cta > longest:
+                longest = cta
+        longest += fixed
+        body = longest
+        if not alone:
+            summed = work.ctas * fixed + work.blocks * block_s + work.copied * copy_s
+            tail = f.prefill_tail_share * longest if work.ctas > self._slots else 0.0
+            body = max(summed / self._slots + tail, longest)
+        streamed = work.keys * self._stream_s_per_key
+        combine = f.prefill_combine_s if work.splits > 1 else 0.0
+        return f.prefill_attention_launch_s + t.attention_overlap_s(body, streamed) + combine
 
 
 def _multiprocessors(gpu: GPUSpec) -> int:

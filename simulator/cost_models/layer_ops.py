@@ -85,18 +85,3 @@ class LayerShape:
 
     def lm_head(self) -> TokenOp:
         return TokenOp("lm_head", gemm=(self.hidden, self.vocab_shard))
-
-    @property
-    def kv_bytes_per_token(self) -> float:
-        """K and V of one token in this layer, on one GPU."""
-        return 2.0 * self.kv_heads * self.head_dim * self.elem_bytes
-
-    @property
-    def attention_flops_per_pair(self) -> float:
-        """QKᵀ and PV of one (query, key) pair in this layer, on one GPU."""
-        return 4.0 * self.q_heads * self.head_dim
-
-    @property
-    def query_bytes_per_token(self) -> float:
-        """Q read and the attention output written, per query token."""
-        return 2.0 * self.q_heads * self.head_dim * self.elem_bytes
