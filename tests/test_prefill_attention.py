@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +14,10 @@ import pytest
 
 from simulator.catalogs.hardware import get_gpu
 from simulator.catalogs.kernel_fit import DECODE_KERNEL_NAMES, KernelFit
+from simulator.catalogs.models import get_model
 from simulator.cost_models.base import StepWork
 from simulator.cost_models.fidelity import DEFAULT_DATA
-from simulator.cost_models.fitted import verified_chunks
+from simulator.cost_models.fitted import FittedCostModel, verified_chunks
 from simulator.cost_models.kernel_fitting import fit_attention, predict_attention_s
 from simulator.cost_models.kernel_profiles import AttentionPoints, read_attention_points
 from simulator.cost_models.kernel_times import KernelTimes
@@ -29,6 +31,7 @@ from simulator.cost_models.prefill_attention import (
     walked_chunk_work,
 )
 from workbench.errors import WorkbenchError
+from workbench.scenario.system import FittedCostConfig
 
 KVCACHE, VARLEN = PREFILL_KERNELS["flash_decoding"], PREFILL_KERNELS["flash_varlen"]
 A100 = get_gpu("a100-80gb")
@@ -120,11 +123,31 @@ def test_wider_verification_windows_cost_more() -> None:
     assert prices == sorted(prices) and prices[-1] > 1.5 * prices[0]
 
 
-def test_a_multi_token_decode_is_priced_as_windows_over_the_mean_context() -> None:
+def test_a_multi_token_decode_is_priced_as_windows_over_its_contexts() -> None:
     work = StepWork(decode_batch_size=3, decode_context_sum=3 * 501, decode_extra_tokens=7)
     assert verified_chunks(work) == [(4, 500, 1), (3, 500, 2)]  # 10 tokens, 500 cached
     even = StepWork(decode_batch_size=2, decode_context_sum=10, decode_extra_tokens=4)
     assert verified_chunks(even) == [(3, 4, 2)]
+    uneven = StepWork(
+        decode_batch_size=4, decode_context_sum=3 * 100 + 8000, decode_context_max=8000,
+        decode_extra_tokens=17,
+    )  # fmt: skip
+    assert verified_chunks(uneven) == [(6, 7999, 1), (5, 99, 3)]  # 21 tokens
+
+
+def test_the_longest_verified_sequence_sets_the_price() -> None:
+    """Four windows over 100, 100, 100 and 8,000 keys cost more than four over their mean
+    (the long one's CTAs walk 8,000 keys), in the kernel and in a fitted model's step."""
+    prefill = KernelTimes(A100, A100.kernel_fit, "fp16", 2).prefill(layer_of_70b_tp2())
+    assert prefill.step_s(((5, 8000, 1), (5, 100, 3))) > 1.5 * prefill.step_s(((5, 2075, 4),))
+    cost = FittedCostModel(
+        get_model("llama-2-70b"), A100, A100.kernel_fit, 2, "fp16", FittedCostConfig(kind="fitted")
+    )
+    uneven = StepWork(
+        decode_batch_size=4, decode_context_sum=3 * 101 + 8001, decode_context_max=8001,
+        decode_extra_tokens=16,
+    )  # fmt: skip
+    assert cost.step_time_s(uneven) > cost.step_time_s(replace(uneven, decode_context_max=0))
 
 
 def test_the_catalog_fit_follows_vidurs_prefill_points(vidur_prefill: AttentionPoints) -> None:

@@ -151,11 +151,25 @@ class FittedCostModel(SplitCostModel):
 
 
 def verified_chunks(work: StepWork) -> list[tuple[int, int, int]]:
-    """A multi-token decode as prefill chunks: its sequences' windows (the wider ones first
-    when the tokens do not divide evenly) over their mean cached keys."""
+    """A multi-token decode as prefill chunks: its sequences' windows (the tokens spread
+    evenly, the wider ones first when they do not divide) over cached keys: the longest
+    sequence's own (it sets the longest CTA and the split), the others' mean."""
     batch = work.decode_batch_size
-    tokens = batch + work.decode_extra_tokens
-    narrow, wider = divmod(tokens, batch)
-    cached = max(round(work.decode_context_sum / batch) - 1, 0)
+    assert batch > 0, "a multi-token decode step without decoding sequences"
+    narrow, wider = divmod(batch + work.decode_extra_tokens, batch)
+    longest = work.decode_context_max
+    if batch == 1 or longest * batch <= work.decode_context_sum:  # all alike, or not known
+        return _windows(narrow, wider, batch, work.decode_context_sum / batch)
+    rest = (work.decode_context_sum - longest) / (batch - 1)
+    first = narrow + 1 if wider else narrow
+    return [(first, longest - 1, 1), *_windows(narrow, max(wider - 1, 0), batch - 1, rest)]
+
+
+def _windows(
+    narrow: int, wider: int, count: int, mean_context: float
+) -> list[tuple[int, int, int]]:
+    """`count` windows of `narrow` tokens, `wider` of them one more, over the keys before
+    them (`mean_context` counts each window's first token)."""
+    cached = max(round(mean_context) - 1, 0)
     chunks = [(narrow + 1, cached, wider)] if wider else []
-    return [*chunks, (narrow, cached, batch - wider)]
+    return [*chunks, (narrow, cached, count - wider)]  # wider < count: divmod's remainder

@@ -7,7 +7,7 @@ p + min((m + 1)·query_block, c), in whole `key_block`s. A kernel that writes th
 own K/V into the paged cache itself (FlashAttention-2's `flash_attn_with_kvcache` with new
 keys: every CTA copies the new keys of its key range before it reads them) pays for the
 copied keys on top. Measured (Vidur's A100 profile, Llama-2-70B at TP 2): a key block read
-from the cache costs a shared CTA 4.7 µs, one of the chunk's own keys' blocks about 3× that,
+from the cache costs a shared CTA 4.6 µs, one of the chunk's own keys' blocks about 3× that,
 which is why a chunk's causal triangle costs about what the full square over cached keys
 would.
 
@@ -26,6 +26,11 @@ kernels of `decode_attention.py`, one fit describing both):
   split sized by the block table (the longest sequence of the step) plus a combine kernel.
 - `flash_varlen`: `flash_attn_varlen_func`'s forward kernel on sm80/sm90 (LLMServingSim's
   H100 profile): 128 × 64 tiles, three CTAs per SM, the keys already in place, no split.
+
+Limits: the tiles are those of head dimension 128 (every profiled model's; FlashAttention's
+split kernel reads 256 keys a block at head dimension ≤ 64 and 64 above 128), and the CTAs
+per SM those of the A100's and H100's shared memory (an A40's or RTX 3090's 100 KB holds one
+80 KB tile, not two); those GPUs take the A100's parameters as measured there.
 """
 
 from __future__ import annotations
@@ -79,6 +84,8 @@ def chunk_work(
     """The CTAs of a `chunk` over `cached` keys, the context cut every `split_blocks` key
     blocks (the split kernel's parts; 0: no split). Unsplit (most steps) in closed form;
     split (only when the CTAs are few) walked."""
+    if chunk <= 0:
+        return ChunkWork(0, 0, 0.0, ())
     if split_blocks:
         return walked_chunk_work(kernel, chunk, cached, split_blocks, causal)
     qb, kb = kernel.query_block, kernel.key_block
