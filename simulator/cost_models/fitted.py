@@ -98,7 +98,7 @@ class FittedCostModel(SplitCostModel):
                 work.decode_batch_size, work.decode_context_sum, work.decode_context_max
             )
         if chunks:
-            total += self._prefill.step_s(tuple(chunks))
+            total += self._prefill.step_s(chunks)
         return total
 
     def _token_level_s(self, tokens: int) -> float:

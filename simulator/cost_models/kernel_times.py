@@ -212,16 +212,17 @@ class PrefillAttention:
         )
         head_bytes = 2.0 * shape.head_dim * shape.elem_bytes  # K and V, one key
         self._stream_s_per_key = shape.kv_heads * head_bytes / times.decode_stream_bytes_s
+        self._sms = times.multiprocessors
         self._slots = k.resident_ctas * times.multiprocessors
 
-    def step_s(self, chunks: tuple[tuple[int, int, int], ...]) -> float:
+    def step_s(self, chunks: Sequence[tuple[int, int, int]]) -> float:
         """A step's causal chunks: (new tokens, cached tokens, sequences like it), as
         `prefill_work` takes them."""
-        return self.work_s(self.work(chunks))
+        return self.work_s(prefill_work(self._kernel, chunks, self._heads, self._sms, True))
 
     def work(self, chunks: Sequence[tuple[int, int, int]], causal: bool = True) -> PrefillWork:
         """How the kernel lays out `chunks` (`prefill_work`) for this shape and GPU."""
-        return prefill_work(self._kernel, chunks, self._heads, self._times.multiprocessors, causal)
+        return prefill_work(self._kernel, chunks, self._heads, self._sms, causal)
 
     def works_s(self, works: Sequence[PrefillWork]) -> np.ndarray:
         """`work_s` of each of `works` (a profile's points)."""

@@ -36,8 +36,9 @@ per SM those of the A100's and H100's shared memory (an A40's or RTX 3090's 100 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from simulator.cost_models.decode_attention import split_count
 
@@ -65,11 +66,11 @@ PREFILL_KERNELS = {
 }  # fmt: skip
 
 
-@dataclass(frozen=True)
-class ChunkWork:
+class ChunkWork(NamedTuple):
     """One sequence's CTAs for one head: how many, their key blocks and copied keys (in key
     blocks) summed, and (blocks, copied) of the CTAs that may run longest (each split's
-    last query block: any cost a + b·blocks + c·copied peaks at one of them)."""
+    last query block: any cost a + b·blocks + c·copied peaks at one of them). A named tuple:
+    one is built for every step that prefills."""
 
     ctas: int
     blocks: int
@@ -152,8 +153,7 @@ def walked_chunk_work(
     return ChunkWork(ctas, blocks, copied, tuple(sorted(last)))
 
 
-@dataclass(frozen=True)
-class PrefillWork:
+class PrefillWork(NamedTuple):
     """One step's prefill attention, every head: CTAs, key blocks and copied key blocks
     summed, (blocks, copied) candidates for the longest CTA, splits, keys streamed."""
 
@@ -175,16 +175,15 @@ def prefill_work(
     """`chunks`: (new tokens, cached tokens, sequences like it) per kind of sequence in the
     step; `heads`: query heads on this GPU. One pass over the chunks, unsplit (this runs for
     every step that prefills); a second one, split, in the rare step that splits."""
-    work, widest, reach = _summed(kernel, chunks, heads, 0, causal)
+    work, sequences, widest, reach = _summed(kernel, chunks, heads, 0, causal)
     if kernel.splits_context:
         query_blocks = -(-widest // kernel.query_block)
         table_blocks = -(-reach // kernel.key_block)
-        sequences = sum(n for _, _, n in chunks)
         splits = split_count(sequences * heads * query_blocks, multiprocessors, table_blocks)
         if splits > 1:
             split_blocks = -(-table_blocks // splits)
             work = _summed(kernel, chunks, heads, split_blocks, causal)[0]
-            return replace(work, splits=splits)
+            return work._replace(splits=splits)
     return work
 
 
@@ -194,9 +193,9 @@ def _summed(
     heads: int,
     split_blocks: int,
     causal: bool,
-) -> tuple[PrefillWork, int, int]:
-    """The chunks' CTAs summed, and their widest chunk and furthest key."""
-    ctas = blocks = keys = widest = reach = 0
+) -> tuple[PrefillWork, int, int, int]:
+    """The chunks' CTAs summed; their sequences, widest chunk and furthest key."""
+    ctas = blocks = keys = sequences = widest = reach = 0
     copied = 0.0
     longest: tuple[tuple[int, float], ...] = ()
     for chunk, cached, count in chunks:
@@ -207,6 +206,7 @@ def _summed(
         copied += w.copied * n
         longest += w.longest
         keys += (chunk + cached) * count
+        sequences += count
         widest = chunk if chunk > widest else widest
         reach = chunk + cached if chunk + cached > reach else reach
-    return PrefillWork(ctas, blocks, copied, longest, 1, keys), widest, reach
+    return PrefillWork(ctas, blocks, copied, longest, 1, keys), sequences, widest, reach
