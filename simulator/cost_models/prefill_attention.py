@@ -16,12 +16,13 @@ the step takes its longest CTA. Past that they share SMs (slower each): up to on
 busiest SM holds two and the step takes the longer of the longest CTA and the CTAs' summed
 time spread over the slots; past one wave, the spread plus a fitted share of the longest
 (the last CTAs start when slots free up: between the spread alone and Graham's bound of
-spread + longest; fitted 0.5 on the A100 profile).
+spread + longest; fitted 0.52 on the A100 profile).
 
 Two kernels, as the public profiles ran them (`PREFILL_KERNELS`, named like the decode
 kernels of `decode_attention.py`, one fit describing both):
-- `flash_decoding`: `flash_attn_with_kvcache`'s split-KV kernel (Vidur's profiles, vLLM and
-  Sarathi's FlashAttention backend): 64 × 128 tiles, two CTAs per SM, the new keys copied,
+- `flash_decoding`: `flash_attn_with_kvcache`'s split-KV kernel given the new keys (Vidur's
+  profiles: Sarathi-Serve's FlashAttention backend; engines that write the cache in a kernel
+  of their own, as vLLM does, pay no copies): 64 × 128 tiles, two CTAs per SM, the new keys copied,
   the context split by FlashAttention's heuristic when the CTAs leave the SMs idle, the
   split sized by the block table (the longest sequence of the step) plus a combine kernel.
 - `flash_varlen`: `flash_attn_varlen_func`'s forward kernel on sm80/sm90 (LLMServingSim's
