@@ -12,9 +12,10 @@ Attention: plain decodes (one query per sequence) run the decode kernel, priced 
 lays its CTAs on the SMs (`decode_attention.py`). Prefill chunks and multi-token decodes
 (speculative verification, lookahead windows: several queries per sequence) run the
 prefill kernel, one launch for all of them, priced by its CTAs on the SMs
-(`prefill_attention.py`); a multi-token decode's windows count as chunks over the batch's
-mean cached keys (`verified_chunks`). So multi-token steps are priced through the same
-fitted GEMM curve as any batch: 121 tokens cost what the measured GEMMs say 121 rows cost.
+(`prefill_attention.py`); a multi-token decode's windows count as chunks, the longest
+sequence's over its own cached keys and the others' over their mean (`verified_chunks`).
+So multi-token steps are priced through the same fitted GEMM curve as any batch: 121 tokens
+cost what the measured GEMMs say 121 rows cost.
 """
 
 from __future__ import annotations

@@ -92,7 +92,8 @@ class KernelTimes:
         return DecodeAttention(self, shape)
 
     def prefill(self, shape: LayerShape) -> PrefillAttention:
-        """The prefill attention of one layer of `shape` (hold on to it: it memoises)."""
+        """The prefill attention of one layer of `shape` (its per-chunk sums are memoised
+        by `prefill_attention.chunk_work`)."""
         return PrefillAttention(self, shape)
 
     def attention_overlap_s(self, cta_s: Times, streamed_s: Times) -> Times:
@@ -218,7 +219,7 @@ class PrefillAttention:
     def step_s(self, chunks: Sequence[tuple[int, int, int]]) -> float:
         """A step's causal chunks: (new tokens, cached tokens, sequences like it), as
         `prefill_work` takes them."""
-        return self.work_s(prefill_work(self._kernel, chunks, self._heads, self._sms, True))
+        return self.work_s(self.work(chunks))
 
     def work(self, chunks: Sequence[tuple[int, int, int]], causal: bool = True) -> PrefillWork:
         """How the kernel lays out `chunks` (`prefill_work`) for this shape and GPU."""
