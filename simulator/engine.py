@@ -74,6 +74,12 @@ class Simulation:
                 zip(policies, cost_models, steppers, stages, strict=True)
             )
         ]
+        # Per request as Python ints (prompt, output, predicted): read once each.
+        self._lengths = (
+            workload.prompt_tokens.tolist(),
+            workload.output_tokens.tolist(),
+            None if workload.predicted_tokens is None else workload.predicted_tokens.tolist(),
+        )
         self._next_request = 0  # closed loop: next request id to issue
         self._releases: dict[float, list[int]] = {}  # closed loop: release time → finished ids
         self.monitor = monitor
@@ -96,7 +102,7 @@ class Simulation:
     # ------------------------------------------------------------------ arrivals
 
     def _open_loop_arrivals(self):  # simpy process
-        arrival = self.workload.arrival_s
+        arrival = self.workload.arrival_s.tolist()  # Python floats: read once per request
         i, n = 0, len(arrival)
         while i < n:
             t = float(arrival[i])
@@ -109,19 +115,17 @@ class Simulation:
                 self._stop_if(self.monitor.after_arrivals(self.recorder, t))
 
     def _route(self, request_id: int, now_s: float) -> None:
-        w = self.workload
-        output = int(w.output_tokens[request_id])
+        prompts, outputs, predictions = self._lengths
+        output = outputs[request_id]
         if self.apar is not None:  # the root stops where its tree says
             output = self.apar.root_tokens(request_id)
             self.apar.start(request_id)
         seq = Sequence(
             request_id=request_id,
             arrival_s=now_s,
-            prompt_tokens=int(w.prompt_tokens[request_id]),
+            prompt_tokens=prompts[request_id],
             output_tokens=output,
-            predicted_tokens=(
-                None if w.predicted_tokens is None else int(w.predicted_tokens[request_id])
-            ),
+            predicted_tokens=None if predictions is None else predictions[request_id],
         )
         index = self.router.pick(self.policies)
         self.recorder.replica[request_id] = index

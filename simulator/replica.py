@@ -16,6 +16,7 @@ the branches that reached a fork position in their request's tree start a child.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -97,6 +98,8 @@ class SimReplica:
 
     def _truncate(self, now_s: float) -> None:
         """Stop the span after the step in flight at `now_s` (the first ending later)."""
+        if self._steps == 1:  # most spans: nothing after the step in flight
+            return
         keep = int(np.searchsorted(self._ends[: self._steps], now_s, side="right")) + 1
         if keep < self._steps:
             self._steps = keep
@@ -134,6 +137,8 @@ class SimReplica:
                 self._draw.verified if self._draw is not None else plan.decode_batch_size
             )
             self._ends = np.array([self.pipeline.run(self.clock_s, float(durations[0]), tokens)])
+        elif steps == 1:  # the same sum as below, without two numpy calls
+            self._ends = durations + self.clock_s
         else:
             self._ends = np.add.accumulate(np.concatenate(([self.clock_s], durations)))[1:]
         self._steps = self._steps_before(plan.replan_at_s, steps)
@@ -168,7 +173,7 @@ class SimReplica:
     def _steps_before(self, replan_at_s: float | None, steps: int) -> int:
         """The span's steps up to the last one starting before `replan_at_s`: step j + 1
         starts when step j ends, and the first step always runs."""
-        if replan_at_s is None:
+        if replan_at_s is None or steps == 1:
             return steps
         return 1 + int(np.searchsorted(self._ends[: steps - 1], replan_at_s, side="left"))
 
@@ -211,7 +216,7 @@ class SimReplica:
             assert emitting is not None
             self._after_branch_step(self.apar, plan.step, emitting, result, extra)
         for seq in result.started:
-            if np.isnan(self.recorder.first_token_s[seq.owner]):
+            if math.isnan(self.recorder.first_token_s[seq.owner]):  # math: a scalar
                 self.recorder.first_token_s[seq.owner] = self.clock_s
         self._close_spans(result.finished, self.policy.step - 1)
         for seq in result.finished:
@@ -232,6 +237,18 @@ class SimReplica:
     # ------------------------------------------------------------------ records
 
     def _record_steps(self, plan: StepPlan, steps: int) -> None:
+        draw = self._draw
+        drafted, accepted = (0, 0) if draw is None else (draw.drafted, draw.accepted_total)
+        alike = {  # every step of the span
+            "replica": self.index,
+            "batch_size": plan.batch_size,
+            "prefill_tokens": plan.prefill_tokens,
+            "decode_tokens": plan.decode_batch_size,
+            "emitted_tokens": plan.emitting + accepted,
+            "drafted_tokens": drafted,
+            "accepted_tokens": accepted,
+            "verified_tokens": plan.decode_batch_size if draw is None else draw.verified,
+        }
         ends = self._ends[:steps]
         columns = self.recorder.steps
         if steps == 1:  # the common case outside decode spans: plain appends
@@ -240,29 +257,17 @@ class SimReplica:
                 start_s=self.clock_s,
                 duration_s=float(ends[0]) - self.clock_s,
                 kv_blocks_used=int(plan.kv_blocks_used[0]),
+                **alike,
             )
-        else:
-            starts = np.concatenate(([self.clock_s], ends[:-1]))  # (steps,)
-            columns.extend(
-                step=plan.step + np.arange(steps),
-                start_s=starts,
-                duration_s=ends - starts,
-                kv_blocks_used=plan.kv_blocks_used[:steps],
-            )
-        draw = self._draw
-        drafted, accepted = (0, 0) if draw is None else (draw.drafted, draw.accepted_total)
-        verified = plan.decode_batch_size if draw is None else draw.verified
-        columns.extend_constant(
-            steps,
-            replica=self.index,
-            batch_size=plan.batch_size,
-            prefill_tokens=plan.prefill_tokens,
-            decode_tokens=plan.decode_batch_size,
-            emitted_tokens=plan.emitting + accepted,
-            drafted_tokens=drafted,
-            accepted_tokens=accepted,
-            verified_tokens=verified,
+            return
+        starts = np.concatenate(([self.clock_s], ends[:-1]))  # (steps,)
+        columns.extend(
+            step=plan.step + np.arange(steps),
+            start_s=starts,
+            duration_s=ends - starts,
+            kv_blocks_used=plan.kv_blocks_used[:steps],
         )
+        columns.extend_constant(steps, **alike)
 
     def _bursts(self, step: int, draw: StepDraw) -> dict[int, int]:
         """Write the step's multi-token emissions; return the extra tokens per request."""

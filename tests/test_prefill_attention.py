@@ -25,6 +25,7 @@ from simulator.cost_models.layer_ops import LayerShape
 from simulator.cost_models.prefill_attention import (
     PREFILL_KERNELS,
     PrefillWork,
+    ceil_sum,
     chunk_work,
     floor_sum,
     prefill_work,
@@ -75,7 +76,7 @@ def test_the_closed_form_sums_equal_walking_every_query_block() -> None:
             int(rng.integers(0, 9000)) * int(rng.integers(2)),
         )
         causal = bool(rng.random() < 0.8)
-        fast = chunk_work.__wrapped__(kernel, chunk, cached, 0, causal)
+        fast = chunk_work(kernel, chunk, cached, 0, causal)
         walked = walked_chunk_work(kernel, chunk, cached, 0, causal)
         assert (fast.ctas, fast.blocks, fast.longest) == (
             walked.ctas,
@@ -83,6 +84,17 @@ def test_the_closed_form_sums_equal_walking_every_query_block() -> None:
             walked.longest,
         )
         assert fast.copied == pytest.approx(walked.copied, abs=1e-9)
+
+
+def test_ceil_sum_counts_what_the_loop_counts() -> None:
+    """Every branch: the step a multiple of the divisor, the divisor a multiple of the
+    step (both kernels' tiles), and neither (the floor sum)."""
+    rng = np.random.default_rng(5)
+    for step, divisor in ((128, 64), (64, 128), (64, 64), (48, 128), (1, 16)):
+        for _ in range(300):
+            n, offset = int(rng.integers(0, 80)), int(rng.integers(0, 9000))
+            loop = sum(-(-(offset + step * j) // divisor) for j in range(1, n + 1))
+            assert ceil_sum(n, step, offset, divisor) == loop
 
 
 def test_floor_sum_counts_what_the_loop_counts() -> None:

@@ -18,8 +18,9 @@ class _Columns:
         self.cols = {name: array(code) for name, code in spec.items()}
 
     def append(self, **values: float) -> None:
+        cols = self.cols  # once per row: this runs for every step and span
         for name, value in values.items():
-            self.cols[name].append(value)
+            cols[name].append(value)
 
     def extend(self, **values: np.ndarray) -> None:
         for name, value in values.items():

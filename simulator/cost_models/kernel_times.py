@@ -92,8 +92,7 @@ class KernelTimes:
         return DecodeAttention(self, shape)
 
     def prefill(self, shape: LayerShape) -> PrefillAttention:
-        """The prefill attention of one layer of `shape` (its per-chunk sums are memoised
-        by `prefill_attention.chunk_work`)."""
+        """The prefill attention of one layer of `shape`."""
         return PrefillAttention(self, shape)
 
     def attention_overlap_s(self, cta_s: Times, streamed_s: Times) -> Times:
@@ -188,8 +187,9 @@ class DecodeAttention:
 class PrefillAttention:
     """One layer's prefill (and multi-query) attention for one model shape on one GPU:
     launch + smooth-max(the CTAs on the SMs, the whole KV streamed) + the combine kernel of
-    a split. Not memoised per step: a step's chunk list rarely recurs (tried: no faster);
-    the per-chunk sums are (`chunk_work`)."""
+    a split. Not memoised: a step's chunk list rarely recurs, and a memo of its chunks'
+    sums (per chunk and cached tokens) made a long run slower than the closed form (tried
+    both)."""
 
     def __init__(self, times: KernelTimes, shape: LayerShape) -> None:
         f = times.fit

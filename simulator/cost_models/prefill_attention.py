@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import NamedTuple
 
 from simulator.cost_models.decode_attention import split_count
@@ -70,8 +69,7 @@ PREFILL_KERNELS = {
 class ChunkWork(NamedTuple):
     """One sequence's CTAs for one head: how many, their key blocks and copied keys (in key
     blocks) summed, and (blocks, copied) of the CTAs that may run longest (each split's
-    last query block: any cost a + b·blocks + c·copied peaks at one of them). A named tuple:
-    one is built for every step that prefills."""
+    last query block: any cost a + b·blocks + c·copied peaks at one of them)."""
 
     ctas: int
     blocks: int
@@ -79,7 +77,6 @@ class ChunkWork(NamedTuple):
     longest: tuple[tuple[int, float], ...]
 
 
-@lru_cache(maxsize=1 << 16)
 def chunk_work(
     kernel: PrefillKernel, chunk: int, cached: int, split_blocks: int, causal: bool
 ) -> ChunkWork:
@@ -90,26 +87,55 @@ def chunk_work(
         return ChunkWork(0, 0, 0.0, ())
     if split_blocks:
         return walked_chunk_work(kernel, chunk, cached, split_blocks, causal)
+    ctas, blocks, copied, end, copy = unsplit_sums(kernel, chunk, cached, causal)
+    return ChunkWork(ctas, blocks, copied, ((end, copy),))
+
+
+def unsplit_sums(
+    kernel: PrefillKernel, chunk: int, cached: int, causal: bool
+) -> tuple[int, int, float, int, float]:
+    """`chunk_work` of a chunk of ≥ 1 token, unsplit, as a plain tuple: (CTAs, key blocks,
+    copied key blocks, and the longest CTA's key blocks and copied blocks). In closed form,
+    not memoised: it runs for every chunk of every step that prefills, and a memo of the
+    (chunk, cached) pairs a long run meets costs more than the sums (measured)."""
     qb, kb = kernel.query_block, kernel.key_block
     query_blocks = -(-chunk // qb)
     end = -(-(cached + chunk) // kb)  # key blocks the last query block reads
     copy = chunk / kb if kernel.copies_new_keys else 0.0
     if not causal:  # every query block reads every key
-        return ChunkWork(query_blocks, query_blocks * end, query_blocks * copy, ((end, copy),))
+        return query_blocks, query_blocks * end, query_blocks * copy, end, copy
     # Query block m < M - 1 reads ⌈(p + qb·(m + 1)) / kb⌉ blocks; from m* on that is the
     # last block, and it copies the whole chunk; before, its blocks' new keys.
-    before_last = _ceil_sum(query_blocks - 1, qb, cached, kb)
+    blocks = ceil_sum(query_blocks - 1, qb, cached, kb) + end
+    if not kernel.copies_new_keys:
+        return query_blocks, blocks, 0.0, end, 0.0
     first_full = min(max((kb * (end - 1) - cached) // qb, 0), query_blocks - 1)
-    copied = 0.0
-    if kernel.copies_new_keys:
-        partial = kb * _ceil_sum(first_full, qb, cached, kb) - cached * first_full
-        copied = (partial + chunk * (query_blocks - first_full)) / kb
-    return ChunkWork(query_blocks, before_last + end, copied, ((end, copy),))
+    partial = kb * ceil_sum(first_full, qb, cached, kb) - cached * first_full
+    copied = (partial + chunk * (query_blocks - first_full)) / kb
+    return query_blocks, blocks, copied, end, copy
 
 
-def _ceil_sum(n: int, step: int, offset: int, divisor: int) -> int:
-    """Σ_{j=1..n} ⌈(offset + step·j) / divisor⌉, as a floor sum."""
+def ceil_sum(n: int, step: int, offset: int, divisor: int) -> int:
+    """Σ_{j=1..n} ⌈(offset + step·j) / divisor⌉ (n, step, divisor ≥ 1 or n = 0; offset ≥ 0).
+    Where one of step and divisor divides the other (every kernel's tiles) in O(1): with
+    step = r·divisor each term is r·j + ⌈offset / divisor⌉; with divisor = r·step it is
+    ⌊(a + j) / r⌋ for a = ⌊(offset + divisor − 1) / step⌋, summed by `_floor_prefix`.
+    Otherwise as a floor sum."""
+    if n <= 0:
+        return 0
+    if step % divisor == 0:
+        return step // divisor * n * (n + 1) // 2 + n * -(-offset // divisor)
+    if divisor % step == 0:
+        r, a = divisor // step, (offset + divisor - 1) // step
+        return _floor_prefix(a + n, r) - _floor_prefix(a, r)
     return floor_sum(n, divisor, step, offset + step + divisor - 1)
+
+
+def _floor_prefix(n: int, r: int) -> int:
+    """Σ_{i=1..n} ⌊i / r⌋: r·(0 + 1 + … + (q − 1)) for the whole groups of r, then q for
+    each of the n − q·r + 1 terms from q·r on (q = ⌊n / r⌋)."""
+    q = n // r
+    return r * q * (q - 1) // 2 + q * (n - q * r + 1)
 
 
 def floor_sum(n: int, m: int, a: int, b: int) -> int:
@@ -198,16 +224,27 @@ def _summed(
     """The chunks' CTAs summed; their sequences, widest chunk and furthest key."""
     ctas = blocks = keys = sequences = widest = reach = 0
     copied = 0.0
-    longest: tuple[tuple[int, float], ...] = ()
+    longest: list[tuple[int, float]] = []
     for chunk, cached, count in chunks:
-        w = chunk_work(kernel, chunk, cached, split_blocks, causal)
+        if split_blocks or chunk <= 0:
+            chunk_ctas, chunk_blocks, chunk_copied, candidates = chunk_work(
+                kernel, chunk, cached, split_blocks, causal
+            )
+            longest += candidates
+        else:  # most steps: the closed form, no named tuples
+            chunk_ctas, chunk_blocks, chunk_copied, end, copy = unsplit_sums(
+                kernel, chunk, cached, causal
+            )
+            longest.append((end, copy))
         n = count * heads
-        ctas += w.ctas * n
-        blocks += w.blocks * n
-        copied += w.copied * n
-        longest += w.longest
+        ctas += chunk_ctas * n
+        blocks += chunk_blocks * n
+        copied += chunk_copied * n
         keys += (chunk + cached) * count
         sequences += count
-        widest = chunk if chunk > widest else widest
-        reach = chunk + cached if chunk + cached > reach else reach
-    return PrefillWork(ctas, blocks, copied, longest, 1, keys), sequences, widest, reach
+        if chunk > widest:
+            widest = chunk
+        if chunk + cached > reach:
+            reach = chunk + cached
+    work = PrefillWork(ctas, blocks, copied, tuple(longest), 1, keys)
+    return work, sequences, widest, reach
