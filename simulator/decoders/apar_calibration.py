@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simulator.stored_runs import stored_run
 from workbench.apar_trees import BranchTree
 from workbench.errors import WorkbenchError
 
@@ -15,16 +16,7 @@ FIELD = "decoder.calibrate_from"
 
 def stored_trees(store: ResultsStore | None, run_ref: str) -> tuple[str, list[BranchTree]]:
     """(the run's full id, its finished requests' trees in request order)."""
-    if store is None:
-        raise WorkbenchError(
-            f"replaying run {run_ref!r}'s trees needs its results database: run the scenario "
-            "with `workbench run ... --db FILE`",
-            field=FIELD,
-        )
-    try:
-        run = store.get_run(run_ref)
-    except WorkbenchError as error:
-        raise WorkbenchError(f"{error.detail} in {store.path}", field=FIELD) from None
+    store, run = stored_run(store, run_ref, FIELD, f"replaying run {run_ref!r}'s trees")
     records = store.load_records(run["run_id"])
     if run["decoder"] != "apar" or records.branches is None:
         raise WorkbenchError(

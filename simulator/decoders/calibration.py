@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
 from simulator.decoders import lookahead, speculative
+from simulator.stored_runs import stored_run
 from workbench.errors import WorkbenchError
 from workbench.metrics.decode_emissions import decode_emissions
 from workbench.scenario.decoders import DecoderConfig, SpeculativeDecoderConfig
@@ -37,16 +38,7 @@ class Calibration:
 
 def calibrate(store: ResultsStore | None, run_ref: str) -> Calibration:
     """The tokens-per-step histogram of run `run_ref` (an id or unique prefix) in `store`."""
-    if store is None:
-        raise WorkbenchError(
-            f"calibrating from run {run_ref!r} needs its results database: run the scenario "
-            "with `workbench run ... --db FILE`",
-            field=FIELD,
-        )
-    try:
-        run = store.get_run(run_ref)
-    except WorkbenchError as error:
-        raise WorkbenchError(f"{error.detail} in {store.path}", field=FIELD) from None
+    store, run = stored_run(store, run_ref, FIELD, f"calibrating from run {run_ref!r}")
     if run["decoder"] not in CALIBRATABLE:
         raise WorkbenchError(
             f"run {run['run_id']} used the {run['decoder']} decoder; calibrate from a "

@@ -25,6 +25,7 @@ import numpy as np
 
 from simulator.decoders.acceptance import AcceptanceDistribution
 from simulator.pipeinfer.timing import Link, PipelineTiming
+from simulator.stored_runs import stored_run
 from workbench.errors import WorkbenchError
 from workbench.store.db import ResultsStore
 
@@ -65,16 +66,7 @@ class PipelineCalibration:
 
 
 def calibrate_pipeline(store: ResultsStore | None, run_ref: str) -> PipelineCalibration:
-    if store is None:
-        raise WorkbenchError(
-            f"calibrating from run {run_ref!r} needs its results database: run the scenario "
-            "with `workbench run ... --db FILE`",
-            field=FIELD,
-        )
-    try:
-        run = store.get_run(run_ref)
-    except WorkbenchError as error:
-        raise WorkbenchError(f"{error.detail} in {store.path}", field=FIELD) from None
+    store, run = stored_run(store, run_ref, FIELD, f"calibrating from run {run_ref!r}")
     info = run["info"] if isinstance(run["info"], dict) else json.loads(run["info"] or "{}")
     if "pipeline_runs" not in info:
         raise WorkbenchError(
