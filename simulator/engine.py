@@ -105,7 +105,7 @@ class Simulation:
         arrival = self.workload.arrival_s.tolist()  # Python floats: read once per request
         i, n = 0, len(arrival)
         while i < n:
-            t = float(arrival[i])
+            t = arrival[i]
             if t > self.env.now:
                 yield self.env.timeout(t - self.env.now)
             while i < n and arrival[i] == t:  # simultaneous arrivals are routed together

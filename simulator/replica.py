@@ -251,7 +251,7 @@ class SimReplica:
         }
         ends = self._ends[:steps]
         columns = self.recorder.steps
-        if steps == 1:  # the common case outside decode spans: plain appends
+        if steps == 1:  # the common case outside decode spans: one row
             columns.append(
                 step=plan.step,
                 start_s=self.clock_s,

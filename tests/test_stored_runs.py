@@ -20,9 +20,8 @@ def test_without_a_database_the_error_says_to_run_with_one() -> None:
 
 
 def test_an_unknown_run_names_the_database_and_the_field(tmp_path: Path) -> None:
-    with ResultsStore.open(tmp_path / "r.duckdb") as store:
-        with pytest.raises(WorkbenchError) as info:
-            stored_run(store, "ffff", "decoder.calibrate_from", "calibrating from run 'ffff'")
+    with ResultsStore.open(tmp_path / "r.duckdb") as store, pytest.raises(WorkbenchError) as info:
+        stored_run(store, "ffff", "decoder.calibrate_from", "calibrating from run 'ffff'")
     message = str(info.value)
     assert "no run with id or prefix 'ffff'" in message
     assert str(tmp_path / "r.duckdb") in message and "decoder.calibrate_from" in message

@@ -187,9 +187,7 @@ class DecodeAttention:
 class PrefillAttention:
     """One layer's prefill (and multi-query) attention for one model shape on one GPU:
     launch + smooth-max(the CTAs on the SMs, the whole KV streamed) + the combine kernel of
-    a split. Not memoised: a step's chunk list rarely recurs, and a memo of its chunks'
-    sums (per chunk and cached tokens) made a long run slower than the closed form (tried
-    both)."""
+    a split. Not memoised (`prefill_attention.unsplit_sums` says why)."""
 
     def __init__(self, times: KernelTimes, shape: LayerShape) -> None:
         f = times.fit

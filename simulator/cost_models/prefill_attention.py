@@ -226,7 +226,7 @@ def _summed(
     copied = 0.0
     longest: list[tuple[int, float]] = []
     for chunk, cached, count in chunks:
-        if split_blocks or chunk <= 0:
+        if split_blocks or chunk <= 0:  # what `chunk_work` does not take to `unsplit_sums`
             chunk_ctas, chunk_blocks, chunk_copied, candidates = chunk_work(
                 kernel, chunk, cached, split_blocks, causal
             )
