@@ -5,6 +5,8 @@ overrides; point PYTHONPATH at another checkout (a `git worktree`) to time that 
 
     python benchmarks/simulator_before_after.py . 200000 "cost_model={kind: roofline}"
     (cd /tmp/before && PYTHONPATH=. python /path/to/benchmarks/simulator_before_after.py . 200000)
+
+`simulator_speed_against.py REV` does the checkout and the interleaved rounds in one command.
 """
 
 from __future__ import annotations
