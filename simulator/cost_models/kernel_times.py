@@ -187,7 +187,8 @@ class DecodeAttention:
 class PrefillAttention:
     """One layer's prefill (and multi-query) attention for one model shape on one GPU:
     launch + smooth-max(the CTAs on the SMs, the whole KV streamed) + the combine kernel of
-    a split. Not memoised (`prefill_attention.unsplit_sums` says why)."""
+    a split. Not memoised per step (a step's chunk list rarely recurs); per chunk only over
+    no cache (`prefill_attention.fresh_sums`, `unsplit_sums` says why)."""
 
     def __init__(self, times: KernelTimes, shape: LayerShape) -> None:
         f = times.fit

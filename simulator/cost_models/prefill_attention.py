@@ -37,15 +37,15 @@ per SM those of the A100's and H100's shared memory (an A40's or RTX 3090's 100 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 from simulator.cost_models.decode_attention import split_count
 
 
-@dataclass(frozen=True)
-class PrefillKernel:
-    """How a prefill kernel divides one step's work into CTAs."""
+class PrefillKernel(NamedTuple):
+    """How a prefill kernel divides one step's work into CTAs (a named tuple: it keys
+    `fresh_sums`' memo, and a tuple hashes in C)."""
 
     name: str
     query_block: int  # query rows per CTA
@@ -95,9 +95,10 @@ def unsplit_sums(
     kernel: PrefillKernel, chunk: int, cached: int, causal: bool
 ) -> tuple[int, int, float, int, float]:
     """`chunk_work` of a chunk of ≥ 1 token, unsplit, as a plain tuple: (CTAs, key blocks,
-    copied key blocks, and the longest CTA's key blocks and copied blocks). In closed form,
-    not memoised: it runs for every chunk of every step that prefills, and a memo of the
-    (chunk, cached) pairs a long run meets costs more than the sums (measured)."""
+    copied key blocks, and the longest CTA's key blocks and copied blocks). In closed form:
+    it runs for every chunk of every step that prefills, and a memo of the (chunk, cached)
+    pairs a long run meets costs more than the sums (measured); `fresh_sums` memoises the
+    chunks over no cache."""
     qb, kb = kernel.query_block, kernel.key_block
     query_blocks = -(-chunk // qb)
     end = -(-(cached + chunk) // kb)  # key blocks the last query block reads
@@ -113,6 +114,16 @@ def unsplit_sums(
     partial = kb * ceil_sum(first_full, qb, cached, kb) - cached * first_full
     copied = (partial + chunk * (query_blocks - first_full)) / kb
     return query_blocks, blocks, copied, end, copy
+
+
+@lru_cache(maxsize=1 << 15)
+def fresh_sums(
+    kernel: PrefillKernel, chunk: int, causal: bool
+) -> tuple[int, int, float, int, float]:
+    """`unsplit_sums` of a chunk over no cache (a prompt's first), memoised: its sizes are
+    bounded by the step's token budget and recur all run long, where the (chunk, cached)
+    pairs of later chunks do not (a memo of those made a 100k run slower)."""
+    return unsplit_sums(kernel, chunk, 0, causal)
 
 
 def ceil_sum(n: int, step: int, offset: int, divisor: int) -> int:
@@ -231,10 +242,12 @@ def _summed(
                 kernel, chunk, cached, split_blocks, causal
             )
             longest += candidates
-        else:  # most steps: the closed form, no named tuples
-            chunk_ctas, chunk_blocks, chunk_copied, end, copy = unsplit_sums(
-                kernel, chunk, cached, causal
-            )
+        else:  # most steps: the closed form (memoised over no cache), no named tuples
+            if cached == 0:
+                sums = fresh_sums(kernel, chunk, causal)
+            else:
+                sums = unsplit_sums(kernel, chunk, cached, causal)
+            chunk_ctas, chunk_blocks, chunk_copied, end, copy = sums
             longest.append((end, copy))
         n = count * heads
         ctas += chunk_ctas * n
