@@ -12,7 +12,9 @@ files), generate the same number of tokens greedily, one request at a time, with
 Models load once; per prompt the methods take turns, best of --repeat runs each.
 
 It reports per method and prompt category: wall-clock tokens/s, speed-up over our vanilla,
-tokens per target forward, and whether the greedy outputs equal our vanilla's.
+tokens per target forward, and whether the greedy outputs equal our vanilla's; then, for each
+output that differs, where it parts from vanilla's and the gap between vanilla's top two
+logits there (in bf16 a tie of the dtype can resolve either way in exact-in-fp32 methods).
 
     python benchmarks/decoding_speed.py [--zoo small] [--prompts 10] [--new-tokens 96]
         [--threads 1] [--lookahead W N G [W N G ...]] [--device cuda --dtype bf16]
@@ -38,6 +40,7 @@ from real_backend.decoders.factory import build_decoder, load_draft
 from real_backend.engine import RealEngine, ServeOptions
 from real_backend.model import Transformer
 from real_backend.model.loading import load_checkpoint
+from real_backend.model.transformer import SeqStep
 from real_backend.serve import DTYPES
 from real_backend.zoo.build import resolve_zoo_model
 from real_backend.zoo.corpus import build_corpus
@@ -69,6 +72,8 @@ class Result:
     tokens: dict[str, int] = field(default_factory=dict)
     forwards: dict[str, int] = field(default_factory=dict)
     same: dict[str, int] = field(default_factory=dict)  # prompts equal to our vanilla
+    # (prompt index, first position that differs from our vanilla's output)
+    diverged: list[tuple[int, int]] = field(default_factory=list)
 
 
 def load_prompts(tokenizer_file: Path, zoo: str, n: int, code_tokens: int) -> list[Prompt]:
@@ -195,11 +200,15 @@ def methods(
     }
 
 
-def run(prompts: list[Prompt], generators: dict[str, Callable], repeat: int) -> list[Result]:
+def run(
+    prompts: list[Prompt], generators: dict[str, Callable], repeat: int
+) -> tuple[list[Result], list[list[int]]]:
     """Best of `repeat` per method and prompt, the methods taking turns on each prompt (in a
-    rotating order), so a slow spell of the machine hits every method alike."""
+    rotating order), so a slow spell of the machine hits every method alike; with the first
+    method's (our vanilla's) outputs, the reference."""
     names = list(generators)
     results = {name: Result(name) for name in names}
+    references = []
     for generate in generators.values():
         generate(prompts[0].ids)  # warm-up
     for i, p in enumerate(prompts):
@@ -211,14 +220,49 @@ def run(prompts: list[Prompt], generators: dict[str, Callable], repeat: int) -> 
                 outputs[name] = generators[name](p.ids)
                 best[name] = min(best[name], time.perf_counter() - t0)
         reference = outputs[names[0]][0]
+        references.append(reference)
         for name in names:
             res, c, (out, forwards) = results[name], p.category, outputs[name]
             res.seconds[c] = res.seconds.get(c, 0.0) + best[name]
             res.tokens[c] = res.tokens.get(c, 0) + len(out)
             res.forwards[c] = res.forwards.get(c, 0) + forwards
             res.same[c] = res.same.get(c, 0) + (out == reference)
+            if out != reference:
+                res.diverged.append((i, first_difference(out, reference)))
         print(f"  prompt {i + 1}/{len(prompts)} done", flush=True)
-    return list(results.values())
+    return list(results.values()), references
+
+
+def first_difference(a: list[int], b: list[int]) -> int:
+    return next(
+        (j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+
+def last_logits(target: Transformer, ids: list[int]) -> torch.Tensor:
+    """The logits after `ids`, from one prefill into a fresh cache."""
+    cache = target.new_cache(-(-len(ids) // BLOCK) + 1, BLOCK)
+    return target.step(cache, [SeqStep(0, ids)], last_only=True)[0][0]  # (V,)
+
+
+def margins(
+    results: list[Result], prompts: list[Prompt], reference: list[list[int]], target: Transformer
+) -> str:
+    """Where an output left our vanilla's, how near a tie vanilla's choice was: the gap
+    between the top two logits of a full forward over the prompt and vanilla's tokens up to
+    that position (same model, dtype and card). A gap within the dtype's rounding of logits
+    of this size says the two decodings parted on a tie, not on a wrong token."""
+    lines = []
+    for r in results[1:]:
+        for i, pos in r.diverged:
+            ids = prompts[i].ids + reference[i][:pos]
+            logits = last_logits(target, ids)  # (V,)
+            top = torch.topk(logits, 2).values
+            lines.append(
+                f"{r.method}: prompt {i} ({prompts[i].category}) parts at token {pos}; "
+                f"vanilla's top-2 logits {top[0]:.3f} and {top[1]:.3f} (gap {top[0] - top[1]:.4f})"
+            )
+    return "\n".join(lines) or "every output equals our vanilla's"
 
 
 def table(results: list[Result], counts: dict[str, int]) -> str:
@@ -269,8 +313,10 @@ def main() -> None:
     generators = methods(args.zoo, args.k, args.new_tokens, shapes, args.device, DTYPES[args.dtype])
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(f"device {args.device} ({device}), dtype {args.dtype}, torch {torch.__version__}")
-    results = run(prompts, generators, args.repeat)
+    results, references = run(prompts, generators, args.repeat)
     print(table(results, counts))
+    model = load_checkpoint(resolve_zoo_model(args.zoo, "target"), DTYPES[args.dtype], args.device)
+    print(margins(results, prompts, references, model))
     if args.out:
         args.out.write_text(json.dumps([r.__dict__ for r in results], indent=1))
 

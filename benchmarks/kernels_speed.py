@@ -61,6 +61,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON file for the results")
     parser.add_argument("--quick", action="store_true", help="a few sizes only")
+    parser.add_argument("--batches", type=int, nargs="+", help="decode batches (overrides)")
+    parser.add_argument("--contexts", type=int, nargs="+", help="decode contexts (overrides)")
+    parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=sorted(DTYPES))
+    parser.add_argument("--no-verify", action="store_true", help="the decode table alone")
     parser.add_argument("--heads", type=int, default=32, help="query heads")
     parser.add_argument("--kv-heads", type=int, default=8, help="key/value heads")
     parser.add_argument("--head-dim", type=int, default=128)
@@ -251,6 +255,10 @@ def sizes(quick: bool) -> dict[str, list[int]]:
 
 def run(args: argparse.Namespace, shape: Shape) -> dict:
     grid = sizes(args.quick)
+    grid["batches"] = args.batches or grid["batches"]
+    grid["contexts"] = args.contexts or grid["contexts"]
+    if args.no_verify:
+        grid["verify_batches"] = []
     peak = peak_bandwidth_gbs()
     max_bytes = args.max_kv_gib * 2**30
 
@@ -259,11 +267,11 @@ def run(args: argparse.Namespace, shape: Shape) -> dict:
 
     decode = [
         decode_row(b, c, d, shape, peak)
-        for d in DTYPES for b in grid["batches"] for c in grid["contexts"] if fits(b, c)
+        for d in args.dtypes for b in grid["batches"] for c in grid["contexts"] if fits(b, c)
     ]  # fmt: skip
     verify = [
         verify_row(b, c, q, d, shape)
-        for d in DTYPES for q in (8, 64) for b in grid["verify_batches"]
+        for d in args.dtypes for q in (8, 64) for b in grid["verify_batches"]
         for c in grid["verify_contexts"] if fits(b, c)
     ]  # fmt: skip
     return dict(

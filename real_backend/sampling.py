@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from workbench.scenario.decoders import SamplingConfig
@@ -19,6 +21,29 @@ def next_token(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Gener
     if cfg.temperature == 0:
         return int(torch.argmax(logits))
     return int(torch.multinomial(token_probs(logits, cfg), 1, generator=generator))
+
+
+def next_tokens(
+    logits: torch.Tensor,  # (B, V)
+    cfg: SamplingConfig,
+    generators: Sequence[torch.Generator],
+    banned: Sequence[Sequence[int]] = (),  # per row: tokens it may not emit
+) -> list[int]:
+    """One token per row, as `next_token` would choose it row by row (ties to the lowest id
+    alike). Greedy takes one batched argmax and one device sync for the whole batch, where
+    choosing row by row costs a kernel launch and a sync per sequence on a GPU."""
+    if any(banned):
+        rows = [b for b, tokens in enumerate(banned) for _ in tokens]
+        cols = [t for tokens in banned for t in tokens]
+        index = (torch.tensor(rows), torch.tensor(cols))
+        logits = logits.index_put(tuple(i.to(logits.device) for i in index), _minus_inf(logits))
+    if cfg.temperature == 0:
+        return logits.argmax(-1).tolist()
+    return [next_token(row, cfg, g) for row, g in zip(logits, generators, strict=True)]
+
+
+def _minus_inf(like: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(float("-inf"), dtype=like.dtype, device=like.device)
 
 
 def token_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from real_backend.sampling import next_token, request_generator  # noqa: E402
+from real_backend.sampling import next_token, next_tokens, request_generator  # noqa: E402
 from workbench.scenario.system import VanillaDecoderConfig  # noqa: E402
 
 LOGITS = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
@@ -44,3 +44,30 @@ def test_each_request_has_its_own_reproducible_stream() -> None:
         [next_token(LOGITS, cfg(temperature=1.0), request_generator(1, 1)) for _ in range(50)]
     )
     assert not torch.equal(a, other)
+
+
+def row_by_row(
+    logits: torch.Tensor, config: VanillaDecoderConfig, banned: list[list[int]]
+) -> list[int]:
+    chosen = []
+    for b, row in enumerate(logits):
+        row = row.clone()
+        row[banned[b]] = float("-inf")
+        chosen.append(next_token(row, config, request_generator(0, b)))
+    return chosen
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_batched_choice_is_the_row_by_row_choice(temperature: float) -> None:
+    logits = torch.randn(6, 50, generator=torch.Generator().manual_seed(1))  # (B, V)
+    logits[1, 7] = logits[1, 3] = logits[1].max() + 1  # a tie: the lower id wins either way
+    banned = [[], [3], [0, 1, 2], [], [int(logits[4].argmax())], []]
+    config = cfg(temperature=temperature)
+    generators = [request_generator(0, b) for b in range(6)]
+    before = logits.clone()
+    batched = next_tokens(logits, config, generators, banned)
+    assert torch.equal(logits, before)  # the bans apply to a copy
+    assert batched == row_by_row(logits, config, banned)
+    if temperature == 0:
+        assert batched[1] == 7 and batched[4] != int(logits[4].argmax())
+        assert next_tokens(logits, config, generators)[1] == 3  # nothing banned

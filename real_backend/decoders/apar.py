@@ -39,7 +39,7 @@ from real_backend.decoders.drafter import Drafter
 from real_backend.decoders.speculative import SpeculativeDecoder
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.transformer import SeqStep, Transformer
-from real_backend.sampling import next_token, request_generator
+from real_backend.sampling import next_token, next_tokens, request_generator
 from workbench.errors import WorkbenchError
 from workbench.scenario.decoders import AparDecoderConfig
 
@@ -244,13 +244,15 @@ class AparDecoder(Decoder):
     ) -> tuple[DecodeOutcome, list[torch.Tensor]]:
         """One token per branch; returns the outcome and the chunks' last logits."""
         steps = [SeqStep(r.request_id, [r.tokens[-1]]) for r in batch] + chunks
-        logits = self.model.step(self.cache, steps, last_only=True) if steps else []  # (1, V) each
-        emitted = [
-            [self.choose(r.request_id, r.tokens, row[-1], r.max_new, r.generator)]
-            for r, row in zip(batch, logits[: len(batch)], strict=True)
-        ]
+        if not steps:
+            return DecodeOutcome([], verified=0, accepted_per_request=[]), []
+        logits = self.model.step_last(self.cache, steps)  # (B + chunks, V)
+        banned = [self.rules.banned(r.request_id, r.tokens[-1], r.max_new) for r in batch]
+        generators = [r.generator for r in batch]
+        tokens = next_tokens(logits[: len(batch)], self.config, generators, banned)
+        emitted = [[token] for token in tokens]
         outcome = DecodeOutcome(emitted, verified=len(batch), accepted_per_request=[0] * len(batch))
-        return outcome, logits[len(batch) :]
+        return outcome, [logits[i : i + 1] for i in range(len(batch), len(steps))]  # (1, V) each
 
     def choose(
         self,

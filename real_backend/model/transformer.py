@@ -149,23 +149,31 @@ class Transformer(nn.Module):
         A sequence not yet in the cache is started there. The new tokens stay in the cache:
         roll rejected ones back with ``cache.truncate``.
         """
-        return self._run_plan(cache, plan, last_only, lm_head=True)
+        if last_only:
+            logits = self.step_last(cache, plan)  # (B, V)
+            return [logits[b : b + 1] for b in range(len(plan))]  # B × (1, V) views
+        return self._run_plan(cache, plan, lm_head=True)
+
+    @torch.inference_mode()
+    def step_last(self, cache: PagedKVCache, plan: Sequence[SeqStep]) -> torch.Tensor:
+        """Like `step`, but only each sequence's last new token is scored: (B, vocab) float
+        logits in one tensor, so a batched choice reads them in one kernel."""
+        step = prepare_step(cache, plan, self.kernel_set(), self.args.sliding_window)
+        ends = itertools.accumulate(step.lengths)  # packed index past each sequence
+        rows = torch.tensor([e - 1 for e in ends], device=step.tokens.device)  # (B,)
+        return self(step.tokens, step.positions, cache, step.meta, rows).float()  # (B, V)
 
     @torch.inference_mode()
     def hidden_states(self, cache: PagedKVCache, plan: Sequence[SeqStep]) -> list[torch.Tensor]:
         """Like `step`, but each new token's final hidden state (after the final norm: the LM
         head's input), (n_b, dim) each: the frozen model's own reading of its input."""
-        return self._run_plan(cache, plan, False, lm_head=False)
+        return self._run_plan(cache, plan, lm_head=False)
 
     def _run_plan(
-        self, cache: PagedKVCache, plan: Sequence[SeqStep], last_only: bool, lm_head: bool
+        self, cache: PagedKVCache, plan: Sequence[SeqStep], lm_head: bool
     ) -> list[torch.Tensor]:
         step = prepare_step(cache, plan, self.kernel_set(), self.args.sliding_window)
         ends = list(itertools.accumulate(step.lengths))  # packed index past each sequence
-        if last_only:
-            rows = torch.tensor([e - 1 for e in ends], device=step.tokens.device)
-            logits = self(step.tokens, step.positions, cache, step.meta, rows)  # (B, V)
-            return [logits[b : b + 1].float() for b in range(len(plan))]
         out = self(step.tokens, step.positions, cache, step.meta, None, lm_head)  # (N, V|dim)
         return [out[e - n : e].float() for e, n in zip(ends, step.lengths, strict=True)]
 
