@@ -14,6 +14,7 @@ pytest.importorskip("transformers")
 
 from workbench.cli import main
 from workbench.store import ResultsStore
+from workbench.store.profiles import Profile
 
 pytestmark = pytest.mark.slow  # a calibration and a real run of the tiny model
 
@@ -91,15 +92,13 @@ def test_a_profile_measured_with_other_threads_is_refused(tiny_zoo: Path, tmp_pa
 
 
 def test_a_profile_of_other_kernels_is_refused(tiny_zoo: Path, tmp_path: Path) -> None:
-    import torch
     from calibration_helpers import grid_works, points_of, profile, store_profile, truth
 
     from workbench.errors import WorkbenchError
     from workbench.runner import twin_scenarios
     from workbench.scenario.loader import load_scenario
 
-    padded = profile()
-    padded.threads = torch.get_num_threads()
+    padded = here(profile())
     padded.info |= {"kernels": "reference", "decode_attention": "padded"}
     with ResultsStore.open(tmp_path / "k.duckdb") as store:
         works = grid_works()
@@ -110,6 +109,42 @@ def test_a_profile_of_other_kernels_is_refused(tiny_zoo: Path, tmp_path: Path) -
         same = load_scenario(SCENARIO, [f"model.zoo_dir={tiny_zoo}", "model.kernels=reference"])
         real, _ = twin_scenarios(same, store, None)
         assert real.model.kernels == "reference"
+
+
+def here(prof: Profile) -> Profile:
+    """The profile as if measured on this machine, with this process's threads."""
+    import torch
+
+    from real_backend.calibration.measure import device_name
+
+    prof.threads, prof.device_name = torch.get_num_threads(), device_name("cpu")
+    return prof
+
+
+def test_a_profile_of_another_processor_is_refused(tiny_zoo: Path, tmp_path: Path) -> None:
+    from calibration_helpers import grid_works, points_of, profile, store_profile, truth
+
+    from workbench.errors import WorkbenchError
+    from workbench.runner import twin_scenarios
+    from workbench.scenario.loader import load_scenario
+
+    other = here(profile())
+    other.device_name = "AMD EPYC 7B13 ×2"  # the kind (cpu), dtype and threads all match
+    other.info |= {"kernels": "grouped"}
+    works = grid_works()
+    with ResultsStore.open(tmp_path / "d.duckdb") as store:
+        stored = store_profile(
+            store, other, points_of(works, [truth().step_time_s(w) for w in works])
+        )
+        scenario = load_scenario(SCENARIO, [f"model.zoo_dir={tiny_zoo}"])
+        with pytest.raises(WorkbenchError, match="measured on AMD EPYC 7B13 ×2, this run is on"):
+            twin_scenarios(scenario, store, None)
+        said_so = [
+            "cost_model.kind=calibrated", f"cost_model.profile={stored.profile_id}",
+            "cost_model.allow_other_device=true",
+        ]  # fmt: skip
+        allowed = load_scenario(SCENARIO, [f"model.zoo_dir={tiny_zoo}", *said_so])
+        twin_scenarios(allowed, store, None)  # said so: priced with it
 
 
 def test_drift_text_compares_with_the_profile() -> None:

@@ -259,6 +259,7 @@ def twin_scenarios(
         measured = store.find_profile(cost.profile)
         _check_threads(measured.threads, store.path)
         _check_kernels(measured, kernels, store.path)
+        _check_device_name(measured, real.hardware.gpu, store.path)
     # The real run carries the twin's cost model too (the real backend reads none), so the
     # pair's configurations differ in their backend alone.
     real = real.model_copy(update={"cost_model": cost})
@@ -275,6 +276,22 @@ def _check_threads(profile_threads: int, source: str) -> None:
             f"the calibration profile was measured with {profile_threads} torch threads, this "
             f"run has {threads} (OMP_NUM_THREADS): calibrate with the threads the real run "
             "uses, or set cost_model.allow_other_device: true",
+            source=source,
+            field="cost_model.profile",
+        )
+
+
+def _check_device_name(profile: Profile, gpu: str, source: str) -> None:
+    """A profile of another card or processor prices another machine, even of the same kind
+    (the cost model checks cpu or cuda and the dtype; this is the model of the device)."""
+    from real_backend.calibration.measure import device_name
+    from real_backend.serve import pick_device
+
+    here = device_name(pick_device(gpu))
+    if profile.device_name != here:
+        raise WorkbenchError(
+            f"the calibration profile was measured on {profile.device_name}, this run is on "
+            f"{here}: calibrate on this machine, or set cost_model.allow_other_device: true",
             source=source,
             field="cost_model.profile",
         )

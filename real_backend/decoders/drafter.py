@@ -15,7 +15,7 @@ import torch
 from real_backend.decoders.base import DecodeRequest, EmissionRules
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.transformer import SeqStep, Transformer
-from real_backend.sampling import token_probs
+from real_backend.sampling import next_tokens, token_probs
 from workbench.scenario.decoders import SamplingConfig, TreeConfig
 
 
@@ -67,12 +67,12 @@ class Drafter:
         while feed:
             order = list(feed)
             steps = [SeqStep(batch[b].request_id, feed[b]) for b in order]
-            logits = self.model.step(self.cache, steps, last_only=True)  # each (1, V)
+            logits = self.model.step_last(self.cache, steps)  # (len(order), V)
+            banned = [self._banned(rules, batch[b], drafts[b]) for b in order]
+            chosen = self._choose_rows(logits, [batch[b] for b in order], order, probs, banned)
             feed = {}
-            for b, row in zip(order, logits, strict=True):
-                r, draft = batch[b], drafts[b]
-                banned = self._banned(rules, r, draft)
-                token = self._choose(row[-1], r, probs[b], banned)
+            for b, token in zip(order, chosen, strict=True):
+                draft = drafts[b]
                 draft.parents.append(len(draft.tokens) - 1)
                 draft.tokens.append(token)
                 ends = rules is not None and rules.ends_emission(token)
@@ -89,7 +89,24 @@ class Drafter:
         previous = draft.tokens[-1] if draft.tokens else r.tokens[-1]
         return rules.banned(r, previous, len(draft.tokens))
 
-    def _choose(
+    def _choose_rows(
+        self,
+        logits: torch.Tensor,  # (R, V)
+        requests: list[DecodeRequest],
+        rows: list[int],  # each row's index into `probs`
+        probs: list[list[torch.Tensor]],
+        banned: list[list[int]],
+    ) -> list[int]:
+        """Each row's draft token: greedy for all rows in one batched choice; sampled row by
+        row, each distribution kept for the rejection rule."""
+        if self.sampling.temperature == 0:
+            return next_tokens(logits, self.sampling, [r.generator for r in requests], banned)
+        return [
+            self._sample(row, r, probs[b], ban)
+            for row, r, b, ban in zip(logits, requests, rows, banned, strict=True)
+        ]
+
+    def _sample(
         self,
         logits: torch.Tensor,  # (V,)
         r: DecodeRequest,
@@ -99,8 +116,6 @@ class Drafter:
         if banned:
             logits = logits.clone()
             logits[banned] = float("-inf")
-        if self.sampling.temperature == 0:
-            return int(torch.argmax(logits))
         q = token_probs(logits, self.sampling)  # (V,)
         probs.append(q)
         return int(torch.multinomial(q, 1, generator=r.generator))
