@@ -35,9 +35,16 @@ from kernels.triton_runtime import (
     num_sms,
 )
 
-__all__ = ["choose_num_splits", "paged_tree_attention", "plan_paged_tree_attention"]
+__all__ = [
+    "MIN_KEYS_TO_SPLIT", "choose_num_splits", "paged_tree_attention", "plan_paged_tree_attention",
+]  # fmt: skip
 
 MIN_KEYS_PER_SPLIT = 256  # below this a split's fixed cost (q load, partial write) dominates
+# Below this longest context the single pass beats any split: the split path's partial buffers
+# and merge launch cost about 0.043 ms a call, which a single pass reaches near 1,500 keys
+# (H200, bf16, batch 1-8, 2026-11-26: single 0.023 / 0.035-0.042 ms at 512 / 1,024 keys,
+# split 0.043-0.082 ms; at 2,048 keys split 0.042-0.047 against 0.061-0.067 at batch 1-4).
+MIN_KEYS_TO_SPLIT = 1536
 MAX_SPLITS = 32
 # Tile sizes and warps, chosen so that no configuration of the issue's grid spills registers
 # on sm_90 and at most a few bytes on sm_80 (`python -m kernels.triton_compile --full`; with
@@ -257,11 +264,12 @@ def _merge_splits_kernel(
 def choose_num_splits(programs: int, max_keys: int, sms: int) -> int:
     """How many context ranges to split each (query tile, kv head, sequence) into.
 
-    Split only when the single-pass grid (``programs``) leaves streaming multiprocessors idle:
-    then aim at about two programs per SM, but keep at least ``MIN_KEYS_PER_SPLIT`` of the
-    longest context (``max_keys``) per split and at most ``MAX_SPLITS`` splits.
+    Split only when the single-pass grid (``programs``) leaves streaming multiprocessors idle
+    and the longest context (``max_keys``) is at least ``MIN_KEYS_TO_SPLIT``: then aim at about
+    two programs per SM, but keep at least ``MIN_KEYS_PER_SPLIT`` keys per split and at most
+    ``MAX_SPLITS`` splits.
     """
-    if programs >= sms:
+    if programs >= sms or max_keys < MIN_KEYS_TO_SPLIT:
         return 1
     wanted = -(-2 * sms // programs)
     return max(1, min(wanted, max_keys // MIN_KEYS_PER_SPLIT, MAX_SPLITS))

@@ -20,6 +20,7 @@ from kernels.paged_attention import paged_tree_attention as reference  # noqa: E
 from kernels.triton_attention import (  # noqa: E402
     MAX_SPLITS,
     MIN_KEYS_PER_SPLIT,
+    MIN_KEYS_TO_SPLIT,
     choose_num_splits,
     paged_tree_attention,
 )
@@ -116,9 +117,16 @@ def test_split_heuristic():
     assert choose_num_splits(programs=264, max_keys=32768, sms=132) == 1
     assert choose_num_splits(programs=8, max_keys=32768, sms=132) == MAX_SPLITS
     assert choose_num_splits(programs=64, max_keys=32768, sms=132) == 5
-    # Short contexts keep at least MIN_KEYS_PER_SPLIT keys per split, or do not split.
-    assert choose_num_splits(programs=8, max_keys=3 * MIN_KEYS_PER_SPLIT, sms=132) == 3
-    assert choose_num_splits(programs=8, max_keys=MIN_KEYS_PER_SPLIT - 1, sms=132) == 1
+    # Contexts keep at least MIN_KEYS_PER_SPLIT keys per split; short ones do not split.
+    assert choose_num_splits(programs=8, max_keys=7 * MIN_KEYS_PER_SPLIT, sms=132) == 7
+    assert choose_num_splits(programs=8, max_keys=MIN_KEYS_TO_SPLIT, sms=132) == 6
+    assert choose_num_splits(programs=8, max_keys=MIN_KEYS_TO_SPLIT - 1, sms=132) == 1
+
+
+def test_the_warm_up_reaches_the_split_path():
+    from real_backend.model.warm_up import LONG_CONTEXT
+
+    assert LONG_CONTEXT >= MIN_KEYS_TO_SPLIT
 
 
 def test_bad_arguments_are_refused():

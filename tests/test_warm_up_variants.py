@@ -1,7 +1,7 @@
 """The warm-up compiles every kernel variant a served run launches: checked without a GPU by
 planning each call as the Triton kernels would launch it on an H100 and keying it as Triton
 keys its compiled kernels (`kernels.triton_compile.variant_key`). Served: vanilla with and
-without chunked prefill (prompts up to 900 tokens: split-KV), speculative chains and trees,
+without chunked prefill (prompts up to 2,000 tokens: split-KV), speculative chains and trees,
 lookahead, and APAR (copy-on-write), at odd and even batch sizes. Runs the driver in a process
 without Triton's interpreter, whose launcher would key calls differently."""
 
@@ -34,4 +34,5 @@ def test_served_runs_launch_no_variant_the_warm_up_missed() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["served"] >= 12  # many variants served: the check has something to check
+    assert result["split_variants_served"] >= 1  # long prompts took the split-KV path
     assert result["missed"] == []

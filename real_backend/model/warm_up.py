@@ -20,7 +20,9 @@ import torch
 
 from real_backend.model.transformer import SeqStep, Transformer
 
-LONG_CONTEXT = 512  # enough cached keys for the split heuristic to split a small grid
+# Enough cached keys for the split heuristic to split a small grid: at least
+# kernels.triton_attention.MIN_KEYS_TO_SPLIT (which needs Triton to import; a test checks it).
+LONG_CONTEXT = 2048
 QUERIES = (1, 2, 4, 8, 16, 32, 64, 128)  # new tokens per step: every tile height up to the cap
 VERIFY_NODES = (2, 17, 33, 65)  # one per verification tile width (16, 32, 64, 128)
 
