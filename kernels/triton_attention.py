@@ -41,10 +41,10 @@ __all__ = [
 
 MIN_KEYS_PER_SPLIT = 256  # below this a split's fixed cost (q load, partial write) dominates
 # Below this longest context the single pass beats any split: the split path's partial buffers
-# and merge launch cost about 0.043 ms a call, which a single pass reaches near 1,500 keys
-# (H200, bf16, batch 1-8, 2026-11-26: single 0.023 / 0.035-0.042 ms at 512 / 1,024 keys,
-# split 0.043-0.082 ms; at 2,048 keys split 0.042-0.047 against 0.061-0.067 at batch 1-4).
-MIN_KEYS_TO_SPLIT = 1536
+# and merge launch cost about 0.043 ms a call, which a single pass reaches near 1,300 keys
+# (H200, bf16, batch 1-4, 2026-11-26: single 0.023 / 0.035-0.038 / 0.061-0.067 ms at 512 /
+# 1,024 / 2,048 keys, split 0.042-0.047 ms at all three; batch 8 measured noisier).
+MIN_KEYS_TO_SPLIT = 1280
 MAX_SPLITS = 32
 # Tile sizes and warps, chosen so that no configuration of the grid spills registers
 # on sm_90 and at most a few bytes on sm_80 (`python -m kernels.triton_compile --full`; with

@@ -35,15 +35,18 @@ def next_tokens(
     if any(banned):
         rows = [b for b, tokens in enumerate(banned) for _ in tokens]
         cols = [t for tokens in banned for t in tokens]
-        index = (torch.tensor(rows), torch.tensor(cols))
-        logits = logits.index_put(tuple(i.to(logits.device) for i in index), _minus_inf(logits))
+        logits = logits.clone()  # the caller's logits stay as they were
+        logits[_index(rows, logits.device), _index(cols, logits.device)] = float("-inf")
     if cfg.temperature == 0:
         return logits.argmax(-1).tolist()
     return [next_token(row, cfg, g) for row, g in zip(logits, generators, strict=True)]
 
 
-def _minus_inf(like: torch.Tensor) -> torch.Tensor:
-    return torch.tensor(float("-inf"), dtype=like.dtype, device=like.device)
+def _index(values: list[int], device: torch.device) -> torch.Tensor:
+    """Host integers as an index on `device`; to a GPU from pinned memory, without a sync (a
+    pageable copy would wait for the step's forward)."""
+    index = torch.tensor(values)
+    return index.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else index
 
 
 def token_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:

@@ -119,7 +119,7 @@ def test_split_heuristic():
     assert choose_num_splits(programs=64, max_keys=32768, sms=132) == 5
     # Contexts keep at least MIN_KEYS_PER_SPLIT keys per split; short ones do not split.
     assert choose_num_splits(programs=8, max_keys=7 * MIN_KEYS_PER_SPLIT, sms=132) == 7
-    assert choose_num_splits(programs=8, max_keys=MIN_KEYS_TO_SPLIT, sms=132) == 6
+    assert choose_num_splits(programs=8, max_keys=MIN_KEYS_TO_SPLIT, sms=132) == 5
     assert choose_num_splits(programs=8, max_keys=MIN_KEYS_TO_SPLIT - 1, sms=132) == 1
 
 

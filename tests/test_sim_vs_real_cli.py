@@ -98,7 +98,7 @@ def test_a_profile_of_other_kernels_is_refused(tiny_zoo: Path, tmp_path: Path) -
     from workbench.runner import twin_scenarios
     from workbench.scenario.loader import load_scenario
 
-    padded = here(profile())
+    padded = measured_here(profile())
     padded.info |= {"kernels": "reference", "decode_attention": "padded"}
     with ResultsStore.open(tmp_path / "k.duckdb") as store:
         works = grid_works()
@@ -111,7 +111,7 @@ def test_a_profile_of_other_kernels_is_refused(tiny_zoo: Path, tmp_path: Path) -
         assert real.model.kernels == "reference"
 
 
-def here(prof: Profile) -> Profile:
+def measured_here(prof: Profile) -> Profile:
     """The profile as if measured on this machine, with this process's threads."""
     import torch
 
@@ -128,7 +128,7 @@ def test_a_profile_of_another_processor_is_refused(tiny_zoo: Path, tmp_path: Pat
     from workbench.runner import twin_scenarios
     from workbench.scenario.loader import load_scenario
 
-    other = here(profile())
+    other = measured_here(profile())
     other.device_name = "AMD EPYC 7B13 ×2"  # the kind (cpu), dtype and threads all match
     other.info |= {"kernels": "grouped"}
     works = grid_works()
@@ -189,3 +189,30 @@ def test_the_twin_prefers_a_profile_of_the_runs_kernels(tiny_zoo: Path, tmp_path
         store_profile(store, padded, points)  # the latest, but of other kernels
         cost = calibrated_config_for(scenario, store, None, "grouped")
         assert cost.profile == first.profile_id
+
+
+def test_the_twin_prefers_a_profile_of_this_machine(tiny_zoo: Path, tmp_path: Path) -> None:
+    from calibration_helpers import grid_works, points_of, profile, store_profile, truth
+
+    from simulator.cost_models.calibrated import calibrated_config_for
+    from workbench.runner import twin_scenarios, with_model_source
+    from workbench.scenario.loader import load_scenario
+
+    works = grid_works()
+    points = points_of(works, [truth().step_time_s(w) for w in works])
+    mine, other = measured_here(profile()), measured_here(profile())
+    other.device_name = "NVIDIA H100 80GB HBM3"  # the latest, but of another device
+    for p in (mine, other):
+        p.info |= {"kernels": "grouped"}
+    scenario = load_scenario(SCENARIO, [f"model.zoo_dir={tiny_zoo}"])
+    with ResultsStore.open(tmp_path / "m.duckdb") as store:
+        first = store_profile(store, mine, points)
+        store_profile(store, other, points)
+        machine = (mine.device_name, mine.threads)
+        chosen = calibrated_config_for(with_model_source(scenario), store, None, "grouped", machine)
+        assert chosen.profile == first.profile_id
+        assert calibrated_config_for(
+            with_model_source(scenario), store, None, "grouped"
+        ).profile != (first.profile_id)  # without the machine: the latest
+        real, _ = twin_scenarios(scenario, store, None)  # so the twin runs, not refused
+        assert real.cost_model.profile == first.profile_id

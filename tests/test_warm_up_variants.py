@@ -1,9 +1,10 @@
 """The warm-up compiles every kernel variant a served run launches: checked without a GPU by
 planning each call as the Triton kernels would launch it on an H100 and keying it as Triton
 keys its compiled kernels (`kernels.triton_compile.variant_key`). Served: vanilla with and
-without chunked prefill (prompts up to 2,000 tokens: split-KV), speculative chains and trees,
-lookahead, and APAR (copy-on-write), at odd and even batch sizes. Runs the driver in a process
-without Triton's interpreter, whose launcher would key calls differently."""
+without chunked prefill (prompts up to 2,000 tokens: split-KV), a model with a 1,700-token
+sliding window, speculative chains and trees, lookahead, and APAR (copy-on-write), at odd and
+even batch sizes. Runs the driver in a process without Triton's interpreter, whose launcher
+would key calls differently."""
 
 from __future__ import annotations
 

@@ -38,6 +38,7 @@ from workbench.workload.requests import Workload
 BLOCK = 16
 DTYPE = torch.bfloat16
 VOCAB = 64
+WINDOW = 1700  # a sliding window the warm-up cannot fit LONG_CONTEXT into
 
 
 class Planned:
@@ -88,19 +89,21 @@ def warmed(model: Transformer, warm: Planned, served: Planned) -> Transformer:
     return model
 
 
-def workload(n: int, seed: int) -> tuple[Workload, list[list[int]]]:
-    """Staggered arrivals (odd and even batches), prompts up to 2,000 tokens (split-KV past
-    MIN_KEYS_TO_SPLIT)."""
+def workload(n: int, seed: int, max_prompt: int) -> tuple[Workload, list[list[int]]]:
+    """Staggered arrivals (odd and even batches), prompts up to `max_prompt` tokens (split-KV
+    past MIN_KEYS_TO_SPLIT)."""
     rng = np.random.default_rng(seed)
     w = Workload(
         arrival_s=np.cumsum(rng.exponential(0.004, n)),
-        prompt_tokens=rng.integers(2, 2000, n),
+        prompt_tokens=rng.integers(2, max_prompt, n),
         output_tokens=rng.integers(1, 40, n),
     )
     return w, synthetic_prompts(w.prompt_tokens, VOCAB, seed=seed)
 
 
-def serve(model: Transformer, make_decoder=None, chunked: bool = True) -> None:
+def serve(
+    model: Transformer, make_decoder=None, chunked: bool = True, max_prompt: int = 2000
+) -> None:
     cache = model.new_cache(2048, BLOCK)
     decoder = make_decoder(model, cache) if make_decoder else None
     policy = ContinuousBatching(
@@ -109,7 +112,7 @@ def serve(model: Transformer, make_decoder=None, chunked: bool = True) -> None:
         lookahead_slots=decoder.lookahead_slots if decoder else 0,
     )  # fmt: skip
     options = ServeOptions(VanillaDecoderConfig(kind="vanilla"), seed=0)
-    RealEngine(model, cache, policy, options, decoder).serve(*workload(40, seed=3))
+    RealEngine(model, cache, policy, options, decoder).serve(*workload(40, 3, max_prompt))
 
 
 def speculative(draft: Transformer, **config):
@@ -130,6 +133,9 @@ def main() -> int:
     draft = warmed(noisy_copy(random_model(VOCAB, seed=0), 0.05), warm, served)
     serve(target)
     serve(target, chunked=False)
+    windowed = random_model(VOCAB, dim=64, seed=1)  # its own head size: its own variants
+    windowed.args = dataclasses.replace(windowed.args, sliding_window=WINDOW)
+    serve(warmed(windowed, warm, served), max_prompt=WINDOW - 100)
     serve(target, speculative(draft, num_speculative_tokens=4))
     tree = {"kind": "dynamic", "max_nodes": 12, "top_k": 3, "max_depth": 5}
     serve(target, speculative(draft, tree=tree))

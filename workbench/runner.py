@@ -254,12 +254,12 @@ def twin_scenarios(
             update={"scheduler": real.scheduler.model_copy(update={"kv_cache": kv})}
         )
     kernels = _run_kernels(real)
-    cost = calibrated_config_for(resolved, store, profile, kernels)
+    cost = calibrated_config_for(resolved, store, profile, kernels, _this_machine(real))
     if cost.profile is not None and not cost.allow_other_device:
         measured = store.find_profile(cost.profile)
         _check_threads(measured.threads, store.path)
         _check_kernels(measured, kernels, store.path)
-        _check_device_name(measured, real.hardware.gpu, store.path)
+        _check_device_name(measured, real, store.path)
     # The real run carries the twin's cost model too (the real backend reads none), so the
     # pair's configurations differ in their backend alone.
     real = real.model_copy(update={"cost_model": cost})
@@ -281,13 +281,20 @@ def _check_threads(profile_threads: int, source: str) -> None:
         )
 
 
-def _check_device_name(profile: Profile, gpu: str, source: str) -> None:
-    """A profile of another card or processor prices another machine, even of the same kind
-    (the cost model checks cpu or cuda and the dtype; this is the model of the device)."""
+def _this_machine(real: Scenario) -> tuple[str, int]:
+    """The real run's device name (as a calibration records it) and torch threads."""
+    import torch
+
     from real_backend.calibration.measure import device_name
     from real_backend.serve import pick_device
 
-    here = device_name(pick_device(gpu))
+    return device_name(pick_device(real.hardware.gpu)), torch.get_num_threads()
+
+
+def _check_device_name(profile: Profile, real: Scenario, source: str) -> None:
+    """A profile of another card or processor prices another machine, even of the same kind
+    (the cost model checks cpu or cuda and the dtype; this is the model of the device)."""
+    here, _ = _this_machine(real)
     if profile.device_name != here:
         raise WorkbenchError(
             f"the calibration profile was measured on {profile.device_name}, this run is on "

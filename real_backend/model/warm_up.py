@@ -72,22 +72,31 @@ def _fits(model: Transformer, tokens: int) -> bool:
 
 def _attention_variants(model: Transformer, cache) -> None:
     """Steps of each query count, causal and tree-masked, over no context (a single pass) and
-    over a long one (split-KV where the grid is small)."""
-    for context in (0, LONG_CONTEXT):
-        if not _fits(model, context + 1):
-            continue  # a window this short never has the keys to split
-        seq = "context" if context else "fresh"
-        if context:
-            model.step(cache, [SeqStep(seq, [0] * context)], last_only=True)
-        for n in (n for n in QUERIES if _fits(model, context + n)):
-            for parents in (None, _chain(n)):
-                model.step(cache, [SeqStep(seq, [0] * n, parents)], last_only=True)
-                if context:
-                    cache.truncate(seq, context)
-                else:
-                    cache.free(seq)
-        if context:
-            cache.free(seq)
+    over a long one (split-KV where the grid is small): LONG_CONTEXT cached keys, or as many
+    as a sliding window leaves beside the step's queries (a window of 1,600 still splits)."""
+    _over_context(model, cache, "fresh", {n: 0 for n in QUERIES if _fits(model, n)})
+    window = model.args.sliding_window
+    long = {n: LONG_CONTEXT if window is None else min(LONG_CONTEXT, window - n) for n in QUERIES}
+    _over_context(model, cache, "context", {n: c for n, c in long.items() if c > 0})
+
+
+def _over_context(model: Transformer, cache, seq: str, contexts: dict[int, int]) -> None:
+    """Each query count n stepped over `contexts[n]` cached keys, causal and as a chain: the
+    longest context is prefilled once and cut back for each step (contexts shrink as n grows)."""
+    if not contexts:
+        return
+    longest = max(contexts.values())
+    if longest:
+        model.step(cache, [SeqStep(seq, [0] * longest)], last_only=True)
+    for n, context in sorted(contexts.items()):
+        for parents in (None, _chain(n)):
+            if context:
+                cache.truncate(seq, context)
+            model.step(cache, [SeqStep(seq, [0] * n, parents)], last_only=True)
+            if not context:
+                cache.free(seq)
+    if longest:
+        cache.free(seq)
 
 
 def _verification_variants(model: Transformer, cache, max_nodes: int | None) -> None:

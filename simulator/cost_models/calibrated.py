@@ -194,11 +194,16 @@ def load_profile(
 
 
 def calibrated_config_for(
-    scenario: Scenario, store: ResultsStore, ref: str | None, kernels: str | None = None
+    scenario: Scenario,
+    store: ResultsStore,
+    ref: str | None,
+    kernels: str | None = None,
+    machine: tuple[str, int] | None = None,  # this device's name and torch threads
 ) -> CalibratedCostConfig:
     """The calibrated cost model of a real scenario's simulated twin: profile `ref`, else the
     scenario's own calibrated model, else the latest complete profile of its model shape,
-    device and dtype in `store`, one measured with `kernels` (the run's) if there is one."""
+    device and dtype in `store`, preferring one measured with `kernels` (the run's), then on
+    this `machine` (its device name, then its threads)."""
     if ref is not None:
         return CalibratedCostConfig(kind="calibrated", profile=ref)
     if isinstance(scenario.cost_model, CalibratedCostConfig):
@@ -218,8 +223,14 @@ def calibrated_config_for(
             f"--dtype {dtype} --db {store.path}` first, or name a profile with --profile",
             field="cost_model",
         )
-    same_kernels = [p for p in matches if p.kernels == kernels]
-    return CalibratedCostConfig(kind="calibrated", profile=(same_kernels or matches)[-1].profile_id)
+    name, threads = machine or (None, None)
+
+    def preference(i: int) -> tuple[bool, bool, bool, int]:
+        p = matches[i]
+        return (p.kernels == kernels, p.device_name == name, p.threads == threads, i)
+
+    best = matches[max(range(len(matches)), key=preference)]
+    return CalibratedCostConfig(kind="calibrated", profile=best.profile_id)
 
 
 def scenario_device(scenario: Scenario) -> str:
