@@ -202,6 +202,7 @@ def test_the_twin_prefers_a_profile_of_this_machine(tiny_zoo: Path, tmp_path: Pa
     points = points_of(works, [truth().step_time_s(w) for w in works])
     mine, other = measured_here(profile()), measured_here(profile())
     other.device_name = "NVIDIA H100 80GB HBM3"  # the latest, but of another device
+    other.created_at = mine.created_at + 60  # (profiles list oldest first; ties in any order)
     for p in (mine, other):
         p.info |= {"kernels": "grouped"}
     scenario = load_scenario(SCENARIO, [f"model.zoo_dir={tiny_zoo}"])
