@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from workbench.errors import WorkbenchError, needs_real_extra
 from workbench.metrics import DEFAULT_PERCENTILES, SummaryValue, summarize
@@ -254,23 +254,21 @@ def twin_scenarios(
             update={"scheduler": real.scheduler.model_copy(update={"kv_cache": kv})}
         )
     kernels = _run_kernels(real)
-    cost = calibrated_config_for(resolved, store, profile, kernels, _this_machine(real))
+    machine = _this_machine(real)
+    cost = calibrated_config_for(resolved, store, profile, kernels, machine)
     if cost.profile is not None and not cost.allow_other_device:
         measured = store.find_profile(cost.profile)
-        _check_threads(measured.threads, store.path)
+        _check_threads(measured.threads, machine.threads, store.path)
         _check_kernels(measured, kernels, store.path)
-        _check_device_name(measured, real, store.path)
+        _check_device_name(measured, machine.device_name, store.path)
     # The real run carries the twin's cost model too (the real backend reads none), so the
     # pair's configurations differ in their backend alone.
     real = real.model_copy(update={"cost_model": cost})
     return real, real.model_copy(update={"backend": "sim"})
 
 
-def _check_threads(profile_threads: int, source: str) -> None:
+def _check_threads(profile_threads: int, threads: int, source: str) -> None:
     """A CPU profile measured with other intra-op threads prices another machine."""
-    import torch
-
-    threads = torch.get_num_threads()
     if profile_threads != threads:
         raise WorkbenchError(
             f"the calibration profile was measured with {profile_threads} torch threads, this "
@@ -281,20 +279,25 @@ def _check_threads(profile_threads: int, source: str) -> None:
         )
 
 
-def _this_machine(real: Scenario) -> tuple[str, int]:
-    """The real run's device name (as a calibration records it) and torch threads."""
+class Machine(NamedTuple):
+    """What a real run's calibration profile must have been measured on."""
+
+    device_name: str  # as `workbench calibrate` records it
+    threads: int  # torch intra-op threads
+
+
+def _this_machine(real: Scenario) -> Machine:
     import torch
 
     from real_backend.calibration.measure import device_name
     from real_backend.serve import pick_device
 
-    return device_name(pick_device(real.hardware.gpu)), torch.get_num_threads()
+    return Machine(device_name(pick_device(real.hardware.gpu)), torch.get_num_threads())
 
 
-def _check_device_name(profile: Profile, real: Scenario, source: str) -> None:
+def _check_device_name(profile: Profile, here: str, source: str) -> None:
     """A profile of another card or processor prices another machine, even of the same kind
     (the cost model checks cpu or cuda and the dtype; this is the model of the device)."""
-    here, _ = _this_machine(real)
     if profile.device_name != here:
         raise WorkbenchError(
             f"the calibration profile was measured on {profile.device_name}, this run is on "
