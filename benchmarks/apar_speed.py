@@ -102,6 +102,15 @@ class Run:
     seconds: float
     answer: list[int]
     branches: int
+    capped: bool  # some branch stopped at the token cap, not at EOS
+
+
+def capped_requests(records, max_new: int) -> int:
+    """Requests with a branch that ran to the `max_new` token cap (without EOS)."""
+    b = records.branches
+    if b is None:
+        return 0
+    return len(np.unique(b.request_id[b.tokens >= max_new]))
 
 
 def serve_one(model, prompt: list[int], decoder_for, max_new: int, eos: frozenset[int]) -> Run:
@@ -133,13 +142,15 @@ def serve_one(model, prompt: list[int], decoder_for, max_new: int, eos: frozense
     steps = int((e.last_step - e.first_step + 1).sum())
     branches = 1 if records.branches is None else len(records.branches)
     answer = answers[0] if not forced else decoder.answers[0]
-    return Run(steps, seconds, list(answer), branches)
+    return Run(steps, seconds, list(answer), branches, capped_requests(records, max_new) > 0)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--zoo", default="apar-small")
     parser.add_argument("--prompts", type=int, default=24)
+    # Each branch's token cap: above every fork-banned apar-small answer (at most about 110
+    # tokens), so a capped answer is a branch that runs on (the tables count them).
     parser.add_argument("--max-new", type=int, default=160)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
@@ -230,13 +241,16 @@ def under_load(
 
     skip = {tokens.fork} | set(eos)
     print(f"\nunder load: {len(prompts)} structured prompts, Poisson, continuous batching")
-    print("| rate/s | method | requests/s | p50 E2E s | p99 E2E s | steps | answer tokens |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| rate/s | method | requests/s | p50 E2E s | p99 E2E s | steps | answer tokens "
+        "| capped answers |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(0)
     for rate in args.load:
         arrivals = np.cumsum(rng.exponential(1 / rate, len(prompts)))
         arrivals -= arrivals[0]
-        best: dict[str, tuple[dict, int, int]] = {}
+        best: dict[str, tuple[dict, int, int, int]] = {}
         for _ in range(args.repeat):
             runs = {
                 name: serve_many(model, prompts, arrivals, args.max_new, eos, decoder_for)
@@ -262,12 +276,13 @@ def under_load(
                     name not in best
                     or s["request_throughput"] > best[name][0]["request_throughput"]
                 ):
-                    best[name] = (s, int(records.steps.step.max()) + 1, answer)
-        for name, (s, steps, answer) in best.items():
+                    steps = int(records.steps.step.max()) + 1
+                    best[name] = (s, steps, answer, capped_requests(records, args.max_new))
+        for name, (s, steps, answer, capped) in best.items():
             rps, p50, p99 = s["request_throughput"], s["median_e2el_ms"], s["p99_e2el_ms"]
             print(
                 f"| {rate} | {name} | {rps:.2f} | {p50 / 1000:.2f} | "
-                f"{p99 / 1000:.2f} | {steps} | {answer} |"
+                f"{p99 / 1000:.2f} | {steps} | {answer} | {capped} |"
             )
 
 
@@ -309,15 +324,18 @@ def report(results: dict[str, list[Run]], unstructured: list[bool], args) -> Non
         f"unstructured {np.mean(unstructured) if unstructured else float('nan'):.2f} "
         f"({len(unstructured)} prompts)"
     )
-    print("| method | steps | seconds | answer tokens | steps vs apar | seconds vs apar |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| method | steps | seconds | answer tokens | capped answers | steps vs apar "
+        "| seconds vs apar |"
+    )
+    print("|---|---|---|---|---|---|---|")
     a_steps = sum(r.steps for r in apar)
     a_secs = sum(r.seconds for r in apar)
     for name, runs in results.items():
         steps, secs = sum(r.steps for r in runs), sum(r.seconds for r in runs)
-        answer = sum(len(r.answer) for r in runs)
+        answer, capped = sum(len(r.answer) for r in runs), sum(r.capped for r in runs)
         ratios = f"{steps / a_steps:.2f}x | {secs / a_secs:.2f}x"
-        print(f"| {name} | {steps} | {secs:.2f} | {answer} | {ratios} |")
+        print(f"| {name} | {steps} | {secs:.2f} | {answer} | {capped} | {ratios} |")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import torch
 
 from kernels.dispatch import CopyBlocks
 from kernels.paged_attention import copy_blocks as reference_copy_blocks
+from real_backend.host_to_device import device_tensor
 
 SeqId = Hashable
 
@@ -108,7 +109,7 @@ class PagedKVCache:
         rows = [self.tables[s] for s in seqs]
         width = max((len(r) for r in rows), default=0) or 1
         padded = [[*row, *[-1] * (width - len(row))] for row in rows]
-        return torch.tensor(padded, dtype=torch.long, device=self.k.device).view(len(rows), width)
+        return device_tensor(padded, self.k.device).view(len(rows), width)
 
     # -- sequence lifecycle ----------------------------------------------------------------
     def allocate(self, seq: SeqId, n_tokens: int = 0) -> list[int]:
@@ -183,8 +184,8 @@ class PagedKVCache:
         moves = [(start + j, start + o) for j, o in enumerate(offsets) if o != j]
         self._check_private(seq, start, [d for d, _ in moves])
         if moves:
-            dst = torch.tensor([self.slot(seq, d) for d, _ in moves], device=self.k.device)
-            src = torch.tensor([self.slot(seq, s) for _, s in moves], device=self.k.device)
+            slots = [[self.slot(seq, d) for d, _ in moves], [self.slot(seq, s) for _, s in moves]]
+            dst, src = device_tensor(slots, self.k.device)  # (n,) each
             for cache in (self.k, self.v):
                 flat = cache.view(cache.shape[0], -1, *cache.shape[3:])  # (L, slots, n_kv, hd)
                 flat[:, dst] = flat[:, src]
@@ -212,9 +213,18 @@ class PagedKVCache:
         table = self.tables[seq]
         old = table[-1]
         new = self.allocator.allocate()
-        src = torch.tensor([old], device=self.k.device)
-        dst = torch.tensor([new], device=self.k.device)
-        for layer in range(self.n_layers):
-            self.copy_blocks(self.k[layer], self.v[layer], src, dst)
+        self._copy_block_all_layers(old, new)
         self.allocator.decref(old)
         table[-1] = new
+
+    def _copy_block_all_layers(self, old: int, new: int) -> None:
+        """Block `old` -> `new` in every layer with one copy call: the layers' caches viewed
+        as one pool of n_layers x num_blocks blocks (layer l's block b is l * num_blocks + b)."""
+        n_layers, num_blocks = self.k.shape[:2]
+        ids = [[layer * num_blocks + b for layer in range(n_layers)] for b in (old, new)]
+        src, dst = device_tensor(ids, self.k.device)  # (n_layers,) each
+
+        def pool(cache: torch.Tensor) -> torch.Tensor:
+            return cache.view(n_layers * num_blocks, *cache.shape[2:])  # (L * blocks, bs, n_kv, hd)
+
+        self.copy_blocks(pool(self.k), pool(self.v), src, dst)

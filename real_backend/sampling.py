@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
+from real_backend.host_to_device import device_tensor
 from workbench.scenario.decoders import SamplingConfig
 
 
@@ -36,17 +37,11 @@ def next_tokens(
         rows = [b for b, tokens in enumerate(banned) for _ in tokens]
         cols = [t for tokens in banned for t in tokens]
         logits = logits.clone()  # the caller's logits stay as they were
-        logits[_index(rows, logits.device), _index(cols, logits.device)] = float("-inf")
+        index = device_tensor([rows, cols], logits.device)  # (2, n): one copy for both
+        logits[index[0], index[1]] = float("-inf")
     if cfg.temperature == 0:
         return logits.argmax(-1).tolist()
     return [next_token(row, cfg, g) for row, g in zip(logits, generators, strict=True)]
-
-
-def _index(values: list[int], device: torch.device) -> torch.Tensor:
-    """Host integers as an index on `device`; to a GPU from pinned memory, without a sync (a
-    pageable copy would wait for the step's forward)."""
-    index = torch.tensor(values)
-    return index.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else index
 
 
 def token_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:

@@ -3,7 +3,8 @@
 # docs/fidelity.md "Sim vs real on CUDA"). Run from the repository root on a CUDA machine
 # with the project importable and the zoo's `small` and `apar-tiny` built:
 #
-#   bash scripts/gpu_checks.sh [--rates "20 30"] [--threads 4] [--limit S] OUT_DIR [PART ...]
+#   bash scripts/gpu_checks.sh [--rates "20 30"] [--threads 4] [--limit S]
+#       [--apar-zoo apar-small --apar-loads "32 128 1000"] OUT_DIR [PART ...]
 #
 # PARTs, in order (default: all): env tests calibrate twins kernels speed decoders apar
 # (engine_tests: the CUDA engine tests alone, without the kernels' own).
@@ -12,7 +13,9 @@
 # --rates: the twins' request rates; --threads: the torch intra-op threads of the
 # calibration, its twins and the benchmarks (the twins refuse a profile of other threads);
 # --limit: stop a part after S seconds (it counts as failed), so one slow part cannot eat a
-# lease's time. Times on an H100 host (2026-11-25): env 15 s, tests 150 s, calibrate 75 s,
+# lease's time. --apar-zoo: the APAR model of part apar (default apar-tiny, 12 prompts; another
+# entry gets 24 prompts); --apar-loads: its request rates under load (default none).
+# Times on an H100 host (2026-11-25): env 15 s, tests 150 s, calibrate 75 s,
 # twins 120-150 s, speed 60 s (bf16 alone), apar 40 s; decoders about 20 s per prompt. On an
 # H200 host (2026-11-26): env 8 s, calibrate 53 s, twins 98 s, decoders 61 s, kernels 40 s,
 # tests 108 s, speed 41 s (bf16 and fp32); a fresh machine started in about 30 s.
@@ -20,22 +23,26 @@ set -u
 RATES="20 30"  # the engine saturates near 40 req/s on an H100 host (2026-11-25)
 THREADS=4
 LIMIT=""
+APAR_ZOO=apar-tiny
+APAR_LOADS=""
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --rates) RATES=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
     --limit) LIMIT=$2; shift 2 ;;
+    --apar-zoo) APAR_ZOO=$2; shift 2 ;;
+    --apar-loads) APAR_LOADS=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-OUT=${1:?usage: bash scripts/gpu_checks.sh [--rates R] [--threads N] [--limit S] OUT_DIR [PART ...]}
+OUT=${1:?usage: bash scripts/gpu_checks.sh [--rates R] [--threads N] [--limit S] [--apar-zoo Z] [--apar-loads R] OUT_DIR [PART ...]}
 shift
 PARTS=${*:-env tests calibrate twins kernels speed decoders apar}
 LOG="$OUT/gpu_checks.log"
 DB="$OUT/fidelity_cuda.duckdb"
 SMALL=$(python3 -c 'from real_backend.zoo.build import resolve_zoo_model as r; print(r("small", "target"))')
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 OUT LOG DB RATES THREADS SMALL
+export PYTHONUNBUFFERED=1 OUT LOG DB RATES THREADS SMALL APAR_ZOO APAR_LOADS
 
 wb() { python3 -m workbench "$@"; }
 
@@ -100,8 +107,11 @@ part_decoders() {
 }
 
 part_apar() {
-  python3 benchmarks/apar_speed.py --zoo apar-tiny --device cuda --dtype bf16 \
-    --kernels triton --threads "$THREADS" --prompts 12 --repeat 2
+  local prompts=24 loads=()
+  [[ $APAR_ZOO == apar-tiny ]] && prompts=12
+  [[ -n $APAR_LOADS ]] && read -ra loads <<<"$APAR_LOADS" && loads=(--load "${loads[@]}")
+  python3 benchmarks/apar_speed.py --zoo "$APAR_ZOO" --device cuda --dtype bf16 \
+    --kernels triton --threads "$THREADS" --prompts "$prompts" --repeat 2 "${loads[@]}"
 }
 
 compiled() {  # Triton's on-disk cache: one entry per kernel variant compiled so far

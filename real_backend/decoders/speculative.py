@@ -22,6 +22,7 @@ from torch.nn.utils.rnn import pad_sequence
 from real_backend.decoders.acceptance import accept_rejection_sampling
 from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest, EmissionRules
 from real_backend.decoders.drafter import Draft, Drafter
+from real_backend.host_to_device import to_device
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.transformer import SeqStep, Transformer
 from real_backend.sampling import token_probs
@@ -174,7 +175,7 @@ class SpeculativeDecoder(Decoder):
         lens = torch.tensor([len(d.tokens) for d in drafts])
         device = padded.device
         _, bonus, path = self.model.kernel_set().greedy_verify(
-            padded, tokens.to(device), lens.to(device), parents.to(device)
+            padded, to_device(tokens, device), to_device(lens, device), to_device(parents, device)
         )
         return [
             ([j - 1 for j in nodes[1:] if j > 0], token)

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from kernels.dispatch import KernelChoice, KernelSet, select_kernels
+from real_backend.host_to_device import device_tensor, to_device
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.config import ModelArgs
 from real_backend.model.inference_linear import InferenceLinear, can_prepack
@@ -160,7 +161,7 @@ class Transformer(nn.Module):
         logits in one tensor, so a batched choice reads them in one kernel."""
         step = prepare_step(cache, plan, self.kernel_set(), self.args.sliding_window)
         ends = itertools.accumulate(step.lengths)  # packed index past each sequence
-        rows = torch.tensor([e - 1 for e in ends], device=step.tokens.device)  # (B,)
+        rows = device_tensor([e - 1 for e in ends], step.tokens.device)  # (B,)
         return self(step.tokens, step.positions, cache, step.meta, rows).float()  # (B, V)
 
     @torch.inference_mode()
@@ -216,21 +217,21 @@ def prepare_step(
         pad_index.extend(range(b * Q, b * Q + n))
         contexts.append(ctx)
         lengths.append(n)
-    ids, pos, slot_mapping = torch.tensor([tokens, positions, slots], device=device)  # (N,)
+    ids, pos, slot_mapping = device_tensor([tokens, positions, slots], device)  # (N,) each
     # One copy for both, each row 16-byte aligned (an even width): Triton compiles a variant
     # per pointer alignment, and an odd batch would misalign the second row.
     pad = [0] * (B % 2)
-    lens = torch.tensor([contexts + pad, lengths + pad], device=device)  # (2, B rounded up)
+    lens = device_tensor([contexts + pad, lengths + pad], device)  # (2, B rounded up)
     context_lens, new_lens = lens[0, :B], lens[1, :B]  # (B,) each
     meta = AttentionMeta(
         slot_mapping=slot_mapping,
         block_tables=cache.block_tables([s.seq for s in plan]),
         context_lens=context_lens,
         new_lens=new_lens,
-        tree_mask=None if tree_mask is None else tree_mask.to(device),
+        tree_mask=None if tree_mask is None else to_device(tree_mask, device),
         kernels=kernels,
         max_new=Q,
-        pad_index=None if len(tokens) == B * Q else torch.tensor(pad_index, device=device),
+        pad_index=None if len(tokens) == B * Q else device_tensor(pad_index, device),
     )
     return StepInputs(ids, pos, meta, lengths)
 
