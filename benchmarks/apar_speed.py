@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,12 +106,19 @@ class Run:
     capped: bool  # some branch stopped at the token cap, not at EOS
 
 
-def capped_requests(records, max_new: int) -> int:
-    """Requests with a branch that ran to the `max_new` token cap (without EOS)."""
+def capped_requests(records) -> int:
+    """Requests with a branch that ended without EOS, at its token cap (a child's cap is what
+    its parent had left). A branch's own tokens are its answer tokens, one fork token per
+    child and, unless capped, one EOS."""
     b = records.branches
     if b is None:
         return 0
-    return len(np.unique(b.request_id[b.tokens >= max_new]))
+    child = b.parent >= 0
+    children = Counter(zip(b.request_id[child].tolist(), b.parent[child].tolist(), strict=True))
+    ids = zip(b.request_id.tolist(), b.branch.tolist(), strict=True)
+    forks = np.array([children[(r, i)] for r, i in ids])
+    without_eos = b.tokens - b.answer_tokens - forks == 0
+    return len(np.unique(b.request_id[without_eos]))
 
 
 def serve_one(model, prompt: list[int], decoder_for, max_new: int, eos: frozenset[int]) -> Run:
@@ -142,15 +150,16 @@ def serve_one(model, prompt: list[int], decoder_for, max_new: int, eos: frozense
     steps = int((e.last_step - e.first_step + 1).sum())
     branches = 1 if records.branches is None else len(records.branches)
     answer = answers[0] if not forced else decoder.answers[0]
-    return Run(steps, seconds, list(answer), branches, capped_requests(records, max_new) > 0)
+    return Run(steps, seconds, list(answer), branches, capped_requests(records) > 0)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--zoo", default="apar-small")
     parser.add_argument("--prompts", type=int, default=24)
-    # Each branch's token cap: above every fork-banned apar-small answer (at most about 110
-    # tokens), so a capped answer is a branch that runs on (the tables count them).
+    # A request's token cap (a child's is what its parent has left): above every fork-banned
+    # apar-small answer (at most about 110 tokens), so a capped answer is a branch that runs
+    # on (the tables count them).
     parser.add_argument("--max-new", type=int, default=160)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
@@ -277,7 +286,7 @@ def under_load(
                     or s["request_throughput"] > best[name][0]["request_throughput"]
                 ):
                     steps = int(records.steps.step.max()) + 1
-                    best[name] = (s, steps, answer, capped_requests(records, args.max_new))
+                    best[name] = (s, steps, answer, capped_requests(records))
         for name, (s, steps, answer, capped) in best.items():
             rps, p50, p99 = s["request_throughput"], s["median_e2el_ms"], s["p99_e2el_ms"]
             print(

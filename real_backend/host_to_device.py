@@ -12,11 +12,13 @@ import torch
 
 
 def to_device(host: torch.Tensor, device: torch.device | str) -> torch.Tensor:
-    """A fresh host tensor on `device`: queued from pinned memory on a GPU, itself on a CPU.
-    The caller must not change `host` afterwards (the copy may still be pending)."""
-    if torch.device(device).type != "cuda":
-        return host
-    return host.pin_memory().to(device, non_blocking=True)
+    """A fresh host tensor on `device`: from a CPU to a GPU queued from pinned memory;
+    otherwise `Tensor.to` (the tensor itself when it is there already). The caller must not
+    change `host` afterwards (the copy may still be pending)."""
+    target = torch.device(device)
+    if target.type == "cuda" and host.device.type == "cpu":
+        return host.pin_memory().to(target, non_blocking=True)
+    return host.to(target)
 
 
 def device_tensor(values: list, device: torch.device | str) -> torch.Tensor:

@@ -221,8 +221,9 @@ class PagedKVCache:
         """Block `old` -> `new` in every layer with one copy call: the layers' caches viewed
         as one pool of n_layers x num_blocks blocks (layer l's block b is l * num_blocks + b)."""
         n_layers, num_blocks = self.k.shape[:2]
-        ids = [[layer * num_blocks + b for layer in range(n_layers)] for b in (old, new)]
-        src, dst = device_tensor(ids, self.k.device)  # (n_layers,) each
+        pad = [0] * (n_layers % 2)  # rows 16-byte aligned: Triton compiles a variant per alignment
+        ids = [[layer * num_blocks + b for layer in range(n_layers)] + pad for b in (old, new)]
+        src, dst = device_tensor(ids, self.k.device)[:, :n_layers]  # (n_layers,) each
 
         def pool(cache: torch.Tensor) -> torch.Tensor:
             return cache.view(n_layers * num_blocks, *cache.shape[2:])  # (L * blocks, bs, n_kv, hd)

@@ -56,7 +56,8 @@ triton.__version__, "transformers", transformers.__version__, torch.cuda.get_dev
 part_tests() {
   local status=0
   pytest_on_cuda tests/test_kernels_attention.py tests/test_kernels_cache.py \
-    tests/test_kernels_verification.py tests/test_kernels_dispatch.py || status=1
+    tests/test_kernels_verification.py tests/test_kernels_dispatch.py \
+    tests/test_host_to_device.py || status=1
   part_engine_tests || status=1
   return $status
 }

@@ -21,15 +21,23 @@ def test_device_tensor_holds_the_values_as_int64() -> None:
     assert first.tolist() == [5, 6] and second.tolist() == [0, 1]
 
 
+def test_a_tensor_already_there_is_returned_as_is() -> None:
+    host = torch.tensor([1.0])
+    assert to_device(host, torch.device("cpu")) is host
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_queued_copies_arrive_in_stream_order() -> None:
-    """Each index, copied without a sync while a long kernel runs, is read by the kernel
-    queued after it: the values it held on the host, not whatever the pinned buffer held
-    next."""
-    busy = torch.randn(4096, 4096, device="cuda")
+def test_copies_are_queued_without_a_sync_and_arrive_in_stream_order() -> None:
+    """While long matmuls keep the card busy, the host queues each index without waiting for
+    them (the stream is still busy after the last one), and the kernel queued after each copy
+    reads the values the host gave, not what a later copy put in a pinned buffer."""
+    busy = torch.randn(8192, 8192, device="cuda")
     sums = []
-    for i in range(50):
-        busy = busy @ busy / 64  # keeps the card busy while the host goes on
+    for i in range(10):
+        busy = busy @ busy / 8192  # ~20 ms each in fp32: the host runs far ahead
         sums.append(device_tensor([i, 2 * i], "cuda").sum())
-    assert [int(s) for s in sums] == [3 * i for i in range(50)]
+    assert not torch.cuda.current_stream().query()  # nothing waited for the card
+    assert [int(s) for s in sums] == [3 * i for i in range(10)]
+    on_card = device_tensor([7], "cuda")
+    assert to_device(on_card, "cuda") is on_card
