@@ -11,7 +11,7 @@ from real_backend.host_to_device import device_tensor, to_device  # noqa: E402
 
 def test_on_a_cpu_the_host_tensor_itself_is_returned() -> None:
     host = torch.tensor([3, 1, 2])
-    assert to_device(host, "cpu") is host
+    assert to_device(host, "cpu") is host and to_device(host, torch.device("cpu")) is host
 
 
 def test_device_tensor_holds_the_values_as_int64() -> None:
@@ -19,11 +19,6 @@ def test_device_tensor_holds_the_values_as_int64() -> None:
     assert rows.dtype == torch.long and rows.tolist() == [[5, 6, 7], [0, 1, 2]]
     first, second = device_tensor([[5, 6], [0, 1]], "cpu")  # unpacked like the step's rows
     assert first.tolist() == [5, 6] and second.tolist() == [0, 1]
-
-
-def test_a_tensor_already_there_is_returned_as_is() -> None:
-    host = torch.tensor([1.0])
-    assert to_device(host, torch.device("cpu")) is host
 
 
 @pytest.mark.gpu
