@@ -15,12 +15,13 @@ slows them alike), each through the real engine with the same model loaded once:
 Reports per method: generation steps, wall-clock seconds, answer tokens; and the ratios
 sequential/apar and vanilla/apar. Unstructured prompts are checked for forks too.
 
-With --load RATE..., the same prompts arrive as a Poisson stream at each rate under
-continuous batching, the three methods taking turns at each rate (the sequential one
-decoding each request's APAR answer): requests per second, p50/p99 E2E, steps.
+With --load RATE..., the same prompts (each --copies times) arrive as a Poisson stream at
+each rate under continuous batching, the three methods taking turns at each rate (the
+sequential one decoding each request's APAR answer): requests per second, p50/p99 E2E, steps.
 
     python benchmarks/apar_speed.py [--zoo apar-small] [--prompts 24] [--max-new 160]
-        [--repeat 3] [--threads 1] [--load 2 4 8] [--speculative 4] [--kernels reference]
+        [--repeat 3] [--threads 1] [--load 2 4 8] [--copies 4] [--speculative 4]
+        [--kernels reference]
         [--device cuda --dtype bf16 --kernels triton]
 """
 
@@ -165,6 +166,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--load", type=float, nargs="*", default=[], help="request rates")
     parser.add_argument(
+        "--copies", type=int, default=1,
+        help="under load, each structured prompt this many times (a longer stream: a "
+        "saturated run's throughput less its start and end)",
+    )  # fmt: skip
+    parser.add_argument(
         "--kernels", choices=["grouped", "reference", "triton"], default="grouped",
         help="attention kernels (reference: every row padded to the step's longest; "
         "triton: CUDA only)",
@@ -234,7 +240,7 @@ def main() -> None:
         report(results, unstructured_forks, args)
     if args.load:
         structured = [tok.encode(r["turns"][0]).ids for r in rows if r["category"] == "structured"]
-        under_load(model, structured, tokens, eos, args, compared)
+        under_load(model, structured * args.copies, tokens, eos, args, compared)
 
 
 def under_load(

@@ -13,10 +13,11 @@ and its own widest table. Same signature and results as
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from kernels.paged_attention import paged_tree_attention as reference_attention
 
-__all__ = ["attend_in_groups", "paged_tree_attention", "row_groups"]
+__all__ = ["attend_in_groups", "decode_attention", "paged_tree_attention", "row_groups"]
 
 # A row joins a bin whose longest query x widest keys is at most 1.5x its own: the best of
 # 1.2, 1.5 and 2 for decode batches of 16-64 lognormal contexts (benchmarks/attention_grouping.py).
@@ -96,6 +97,38 @@ def paged_tree_attention(
     )
 
 
+def decode_attention(
+    q: torch.Tensor,  # (G, 1, nh, hd) one new token per row
+    k_cache: torch.Tensor,  # (num_blocks, block_size, n_kv, hd)
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,  # (G, max_blocks)
+    keys: list[int],  # each row's cached tokens and its new one, all visible to it
+    scale: float,
+) -> torch.Tensor:  # (G, 1, nh, hd)
+    """The reference's result for rows of one new token each. Such a token sees its own key
+    and every cached one (a tree of one token is itself), so the mask is just each row's
+    length, and none for one row: a few ops where the reference builds a tree's."""
+    G, widest = len(keys), max(keys)
+    block_size, n_kv, hd = k_cache.shape[1:]
+    tables = block_tables[:, : -(-widest // block_size)].to(device=q.device, dtype=torch.long)
+    flat = tables.clamp(min=0).reshape(-1)  # (G * blocks,)
+    k = k_cache.index_select(0, flat).view(G, -1, n_kv, hd)[:, :widest]  # (G, L, n_kv, hd)
+    v = v_cache.index_select(0, flat).view(G, -1, n_kv, hd)[:, :widest]
+    mask = None
+    if G > 1:
+        lengths = torch.tensor(keys, device=q.device)[:, None]  # (G, 1)
+        mask = (torch.arange(widest, device=q.device) < lengths)[:, None, None]  # (G, 1, 1, L)
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2).float(),  # (G, nh, 1, hd)
+        k.transpose(1, 2).float(),  # (G, n_kv, L, hd)
+        v.transpose(1, 2).float(),
+        attn_mask=mask,
+        scale=scale,
+        enable_gqa=True,
+    )  # (G, nh, 1, hd)
+    return out.transpose(1, 2).to(q.dtype)
+
+
 def attend_in_groups(
     groups: list[list[int]],
     q: torch.Tensor,  # (B, Q, nh, hd)
@@ -107,18 +140,27 @@ def attend_in_groups(
     tree_mask: torch.Tensor | None,  # (B, Q, Q)
     scale: float,
 ) -> torch.Tensor:  # (B, Q, nh, hd)
-    """The reference over each group of rows, at the group's own longest query and keys."""
+    """The reference over each group of rows, at the group's own longest query and keys;
+    `decode_attention` for a group of one-token rows."""
+    news, keys = new_lens.tolist(), (context_lens + new_lens).tolist()
+    if len(groups) == 1 and q.shape[1] == 1 and min(news) == 1:  # the whole step decodes
+        return decode_attention(q, k_cache, v_cache, block_tables, keys, scale)
     if len(groups) == 1:  # the whole step: no gather of rows
         return reference_attention(
             q, k_cache, v_cache, block_tables, context_lens, new_lens, tree_mask, scale
         )
-    news, keys = new_lens.tolist(), (context_lens + new_lens).tolist()
     block_size = k_cache.shape[1]
     out = q.new_zeros(q.shape)  # (B, Q, nh, hd), zeros on padded rows
     for group in groups:
         rows = torch.tensor(group)  # (G,) on the CPU: it indexes tensors on any device
-        q_len = max(news[b] for b in group)
+        q_len, fewest = max(news[b] for b in group), min(news[b] for b in group)
         if q_len == 0:  # rows without new tokens stay zero
+            continue
+        if q_len == fewest == 1:
+            group_keys = [keys[b] for b in group]
+            out[rows, :1] = decode_attention(
+                q[rows, :1], k_cache, v_cache, block_tables[rows], group_keys, scale
+            )
             continue
         blocks = -(-max(keys[b] for b in group) // block_size)
         mask = None if tree_mask is None else tree_mask[rows, :q_len, :q_len]  # (G, Qg, Qg)

@@ -25,3 +25,13 @@ def device_tensor(values: list, device: torch.device | str) -> torch.Tensor:
     """Host integers (a list, or a list of equal-length lists) as an int64 tensor on
     `device`, without a sync."""
     return to_device(torch.tensor(values, dtype=torch.long), device)
+
+
+def aligned_rows(rows: list[list[int]], device: torch.device | str) -> torch.Tensor:
+    """Equal-length rows of host integers as one (R, W) int64 tensor on `device`, one copy,
+    each row 16-byte aligned: the width is padded to even and the view cuts the padding off.
+    Triton compiles a variant per pointer alignment, and an odd width would misalign every
+    other row."""
+    width = len(rows[0])
+    pad = [0] * (width % 2)
+    return device_tensor([[*row, *pad] for row in rows], device)[:, :width]  # (R, W)

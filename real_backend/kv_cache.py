@@ -20,7 +20,7 @@ import torch
 
 from kernels.dispatch import CopyBlocks
 from kernels.paged_attention import copy_blocks as reference_copy_blocks
-from real_backend.host_to_device import device_tensor
+from real_backend.host_to_device import aligned_rows, device_tensor
 
 SeqId = Hashable
 
@@ -221,9 +221,8 @@ class PagedKVCache:
         """Block `old` -> `new` in every layer with one copy call: the layers' caches viewed
         as one pool of n_layers x num_blocks blocks (layer l's block b is l * num_blocks + b)."""
         n_layers, num_blocks = self.k.shape[:2]
-        pad = [0] * (n_layers % 2)  # rows 16-byte aligned: Triton compiles a variant per alignment
-        ids = [[layer * num_blocks + b for layer in range(n_layers)] + pad for b in (old, new)]
-        src, dst = device_tensor(ids, self.k.device)[:, :n_layers]  # (n_layers,) each
+        ids = [[layer * num_blocks + b for layer in range(n_layers)] for b in (old, new)]
+        src, dst = aligned_rows(ids, self.k.device)  # (n_layers,) each
 
         def pool(cache: torch.Tensor) -> torch.Tensor:
             return cache.view(n_layers * num_blocks, *cache.shape[2:])  # (L * blocks, bs, n_kv, hd)

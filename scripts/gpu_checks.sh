@@ -4,7 +4,7 @@
 # with the project importable and the zoo's `small` and `apar-tiny` built:
 #
 #   bash scripts/gpu_checks.sh [--rates "20 30"] [--threads 4] [--limit S]
-#       [--apar-zoo apar-small --apar-loads "32 128 1000"] OUT_DIR [PART ...]
+#       [--apar-zoo apar-small --apar-loads "32 128 1000" --apar-copies 4] OUT_DIR [PART ...]
 #
 # PARTs, in order (default: all): env tests calibrate twins kernels speed decoders apar
 # (engine_tests: the CUDA engine tests alone, without the kernels' own).
@@ -14,7 +14,8 @@
 # calibration, its twins and the benchmarks (the twins refuse a profile of other threads);
 # --limit: stop a part after S seconds (it counts as failed), so one slow part cannot eat a
 # lease's time. --apar-zoo: the APAR model of part apar (default apar-tiny, 12 prompts; another
-# entry gets 24 prompts); --apar-loads: its request rates under load (default none).
+# entry gets 24 prompts); --apar-loads: its request rates under load (default none);
+# --apar-copies: under load, each prompt that many times (default 1).
 # Times on an H100 host (2026-11-25): env 15 s, tests 150 s, calibrate 75 s,
 # twins 120-150 s, speed 60 s (bf16 alone), apar 40 s; decoders about 20 s per prompt. On an
 # H200 host (2026-11-26): env 8 s, calibrate 53 s, twins 98 s, decoders 61 s, kernels 40 s,
@@ -25,6 +26,7 @@ THREADS=4
 LIMIT=""
 APAR_ZOO=apar-tiny
 APAR_LOADS=""
+APAR_COPIES=1
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --rates) RATES=$2; shift 2 ;;
@@ -32,17 +34,18 @@ while [[ $# -gt 0 && $1 == --* ]]; do
     --limit) LIMIT=$2; shift 2 ;;
     --apar-zoo) APAR_ZOO=$2; shift 2 ;;
     --apar-loads) APAR_LOADS=$2; shift 2 ;;
+    --apar-copies) APAR_COPIES=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-OUT=${1:?usage: bash scripts/gpu_checks.sh [--rates R] [--threads N] [--limit S] [--apar-zoo Z] [--apar-loads R] OUT_DIR [PART ...]}
+OUT=${1:?usage: bash scripts/gpu_checks.sh [--rates R] [--threads N] [--limit S] [--apar-zoo Z] [--apar-loads R] [--apar-copies N] OUT_DIR [PART ...]}
 shift
 PARTS=${*:-env tests calibrate twins kernels speed decoders apar}
 LOG="$OUT/gpu_checks.log"
 DB="$OUT/fidelity_cuda.duckdb"
 SMALL=$(python3 -c 'from real_backend.zoo.build import resolve_zoo_model as r; print(r("small", "target"))')
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 OUT LOG DB RATES THREADS SMALL APAR_ZOO APAR_LOADS
+export PYTHONUNBUFFERED=1 OUT LOG DB RATES THREADS SMALL APAR_ZOO APAR_LOADS APAR_COPIES
 
 wb() { python3 -m workbench "$@"; }
 
@@ -112,7 +115,8 @@ part_apar() {
   [[ $APAR_ZOO == apar-tiny ]] && prompts=12
   [[ -n $APAR_LOADS ]] && read -ra loads <<<"$APAR_LOADS" && loads=(--load "${loads[@]}")
   python3 benchmarks/apar_speed.py --zoo "$APAR_ZOO" --device cuda --dtype bf16 \
-    --kernels triton --threads "$THREADS" --prompts "$prompts" --repeat 2 "${loads[@]}"
+    --kernels triton --threads "$THREADS" --prompts "$prompts" --repeat 2 "${loads[@]}" \
+    --copies "$APAR_COPIES"
 }
 
 compiled() {  # Triton's on-disk cache: one entry per kernel variant compiled so far

@@ -8,7 +8,12 @@ torch = pytest.importorskip("torch")
 
 from kernel_helpers import TOLERANCES, random_paged_inputs  # noqa: E402
 
-from kernels.grouped_attention import CALL_COST, paged_tree_attention, row_groups  # noqa: E402
+from kernels.grouped_attention import (  # noqa: E402
+    CALL_COST,
+    decode_attention,
+    paged_tree_attention,
+    row_groups,
+)
 from kernels.paged_attention import paged_tree_attention as reference  # noqa: E402
 
 # Decodes of short and long contexts, two prefill chunks, a row without new tokens.
@@ -29,6 +34,27 @@ def test_equals_the_reference_over_several_groups(mask, dtype):
     out = paged_tree_attention(*inputs.args())
     torch.testing.assert_close(out, reference(*inputs.args()), **TOLERANCES[dtype])
     assert torch.all(out[NEW.index(0)] == 0) and torch.all(out[0, 1:] == 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("contexts", [[0], [15], [16], [250], [3, 250, 31, 16], [40, 41, 39]])
+@pytest.mark.parametrize("mask", ["causal", "tree"])
+def test_one_token_rows_attend_by_their_lengths_as_the_reference(contexts, mask, dtype):
+    """A fresh prompt's token, block edges, one sequence (no mask) or several (cut or not)."""
+    gen = torch.Generator().manual_seed(sum(contexts))
+    news = [1] * len(contexts)
+    inputs = random_paged_inputs(
+        gen, contexts, news, n_kv=2, group=4, head_dim=32, block_size=16,
+        dtype=dtype, mask=mask, device="cpu",
+    )  # fmt: skip
+    spare = torch.full((len(contexts), 3), -1)  # table entries past every sequence's end
+    inputs.block_tables = torch.cat([inputs.block_tables, spare], 1)
+    expected = reference(*inputs.args())  # (B, 1, nh, hd)
+    tolerance = TOLERANCES[dtype]
+    torch.testing.assert_close(paged_tree_attention(*inputs.args()), expected, **tolerance)
+    keys = [c + 1 for c in contexts]
+    args = (inputs.q, inputs.k_cache, inputs.v_cache, inputs.block_tables, keys, inputs.scale)
+    torch.testing.assert_close(decode_attention(*args), expected, **tolerance)
 
 
 def test_a_prefill_chunk_does_not_pad_the_decodes():

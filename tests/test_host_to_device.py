@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from real_backend.host_to_device import device_tensor, to_device  # noqa: E402
+from real_backend.host_to_device import aligned_rows, device_tensor, to_device  # noqa: E402
 
 
 def test_on_a_cpu_the_host_tensor_itself_is_returned() -> None:
@@ -19,6 +19,15 @@ def test_device_tensor_holds_the_values_as_int64() -> None:
     assert rows.dtype == torch.long and rows.tolist() == [[5, 6, 7], [0, 1, 2]]
     first, second = device_tensor([[5, 6], [0, 1]], "cpu")  # unpacked like the step's rows
     assert first.tolist() == [5, 6] and second.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4, 7])
+def test_aligned_rows_start_on_even_offsets_and_hold_the_values(width: int) -> None:
+    rows = [list(range(width)), list(range(10, 10 + width)), list(range(20, 20 + width))]
+    out = aligned_rows(rows, "cpu")  # (3, width)
+    assert out.tolist() == rows and out.dtype == torch.long
+    assert out.stride(0) % 2 == 0  # rows 16 bytes apart: the kernels' pointers stay aligned
+    assert all(row.data_ptr() % 16 == out.data_ptr() % 16 for row in out)
 
 
 @pytest.mark.gpu

@@ -1,4 +1,5 @@
-"""Prepacked oneDNN linears equal `F.linear` on random inputs, one row or many."""
+"""Prepacked oneDNN linears equal `F.linear` on random inputs, one row or many; and they
+are the default only where they pay."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
-from real_backend.model.inference_linear import InferenceLinear, can_prepack  # noqa: E402
+from real_backend.model.inference_linear import (  # noqa: E402
+    INTEL,
+    InferenceLinear,
+    can_prepack,
+    prepack_pays,
+    vendor_in_cpuinfo,
+)
 
 needs_onednn = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available(), reason="this PyTorch has no oneDNN"
@@ -38,3 +45,28 @@ def test_prepacking_is_for_cpu_fp32_only() -> None:
     assert can_prepack(torch.zeros(2, 2)) == torch.backends.mkldnn.is_available()
     assert not can_prepack(torch.zeros(2, 2, dtype=torch.bfloat16))
     assert not can_prepack(torch.zeros(2, 2, dtype=torch.float64))
+
+
+CPUINFO = """processor\t: 0
+vendor_id\t: {vendor}
+cpu family\t: 25
+model name\t: a CPU
+
+processor\t: 1
+vendor_id\t: {vendor}
+"""
+
+
+def test_the_vendor_is_read_from_cpuinfo() -> None:
+    assert vendor_in_cpuinfo(CPUINFO.format(vendor="AuthenticAMD")) == "AuthenticAMD"
+    assert vendor_in_cpuinfo(CPUINFO.format(vendor=INTEL)) == INTEL
+    assert vendor_in_cpuinfo("processor\t: 0\nCPU implementer\t: 0x41\n") == ""  # ARM
+
+
+@needs_onednn
+def test_prepacked_by_default_unless_mkl_runs_on_an_intel_cpu() -> None:
+    weight = torch.zeros(2, 2)
+    assert prepack_pays(weight, "AuthenticAMD")
+    assert prepack_pays(weight, "")  # unknown: as before
+    assert prepack_pays(weight, INTEL) == (not torch.backends.mkl.is_available())
+    assert not prepack_pays(torch.zeros(2, 2, dtype=torch.bfloat16), "AuthenticAMD")

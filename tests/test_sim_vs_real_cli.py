@@ -91,6 +91,35 @@ def test_a_profile_measured_with_other_threads_is_refused(tiny_zoo: Path, tmp_pa
             twin_scenarios(scenario, store, None)
 
 
+def test_an_exported_profile_is_checked_as_a_stored_one(tiny_zoo: Path, tmp_path: Path) -> None:
+    import torch
+    from calibration_helpers import grid_works, points_of, profile, store_profile, truth
+
+    from workbench.errors import WorkbenchError
+    from workbench.runner import twin_scenarios
+    from workbench.scenario.loader import load_scenario
+
+    works = grid_works()
+    points = points_of(works, [truth().step_time_s(w) for w in works])
+    other, mine = profile(), measured_here(profile())
+    other.threads = torch.get_num_threads() + 1
+    mine.info |= {"kernels": "grouped"}
+    with ResultsStore.open(tmp_path / "c.duckdb") as store:
+        csvs = [
+            store.export_profile_csv(store_profile(store, p, points).profile_id, tmp_path / name)
+            for p, name in ((other, "other.csv"), (mine, "mine.csv"))
+        ]
+        for csv, refused in zip(csvs, [True, False], strict=True):
+            sets = [f"model.zoo_dir={tiny_zoo}", "cost_model.kind=calibrated"]
+            scenario = load_scenario(SCENARIO, [*sets, f"cost_model.profile_csv={csv}"])
+            if refused:
+                with pytest.raises(WorkbenchError, match=r"measured with \d+ torch threads"):
+                    twin_scenarios(scenario, store, None)
+            else:
+                real, _ = twin_scenarios(scenario, store, None)
+                assert real.cost_model.profile_csv == csv
+
+
 def test_a_profile_of_other_kernels_is_refused(tiny_zoo: Path, tmp_path: Path) -> None:
     from calibration_helpers import grid_works, points_of, profile, store_profile, truth
 
@@ -109,6 +138,32 @@ def test_a_profile_of_other_kernels_is_refused(tiny_zoo: Path, tmp_path: Path) -
         same = load_scenario(SCENARIO, [f"model.zoo_dir={tiny_zoo}", "model.kernels=reference"])
         real, _ = twin_scenarios(same, store, None)
         assert real.model.kernels == "reference"
+
+
+def test_a_profile_of_other_linear_layers_is_refused(tiny_zoo: Path, tmp_path: Path) -> None:
+    import torch
+    from calibration_helpers import grid_works, points_of, profile, store_profile, truth
+
+    from real_backend.model.inference_linear import PLAIN, PREPACKED, default_linear
+    from workbench.errors import WorkbenchError
+    from workbench.runner import twin_scenarios
+    from workbench.scenario.loader import load_scenario
+
+    here = default_linear(torch.float32, "cpu")
+    other = measured_here(profile())
+    other.info |= {"kernels": "grouped", "linear": PLAIN if here == PREPACKED else PREPACKED}
+    unrecorded = measured_here(profile())  # calibrated before the linear layers were recorded
+    unrecorded.info |= {"kernels": "grouped"}
+    works = grid_works()
+    points = points_of(works, [truth().step_time_s(w) for w in works])
+    scenario = load_scenario(SCENARIO, [f"model.zoo_dir={tiny_zoo}"])
+    with ResultsStore.open(tmp_path / "l.duckdb") as store:
+        store_profile(store, other, points)
+        with pytest.raises(WorkbenchError, match=f"linear layers ran on {other.info['linear']}"):
+            twin_scenarios(scenario, store, None)
+        old = store_profile(store, unrecorded, points)
+        real, _ = twin_scenarios(scenario, store, old.profile_id)
+        assert real.cost_model.profile == old.profile_id
 
 
 def measured_here(prof: Profile) -> Profile:

@@ -18,6 +18,7 @@ from workbench.scenario.decoders import draft_field, draft_of, with_draft
 from workbench.scenario.scenario import Scenario
 from workbench.scenario.system import CalibratedCostConfig
 from workbench.store.db import ResultsStore
+from workbench.store.profiles import read_csv_profile
 from workbench.sweep import SweepPoint, expand, point_source
 
 if TYPE_CHECKING:
@@ -256,15 +257,25 @@ def twin_scenarios(
     kernels = _run_kernels(real)
     machine = _this_machine(real)
     cost = calibrated_config_for(resolved, store, profile, kernels, machine)
-    if cost.profile is not None and not cost.allow_other_device:
-        measured = store.find_profile(cost.profile)
-        _check_threads(measured.threads, machine.threads, store.path)
-        _check_kernels(measured, kernels, store.path)
-        _check_device_name(measured, machine.device_name, store.path)
+    if not cost.allow_other_device:
+        measured, source = _twin_profile(cost, store)
+        _check_threads(measured.threads, machine.threads, source)
+        _check_kernels(measured, kernels, source)
+        _check_linear(measured, _run_linear(real), source)
+        _check_device_name(measured, machine.device_name, source)
     # The real run carries the twin's cost model too (the real backend reads none), so the
     # pair's configurations differ in their backend alone.
     real = real.model_copy(update={"cost_model": cost})
     return real, real.model_copy(update={"backend": "sim"})
+
+
+def _twin_profile(cost: CalibratedCostConfig, store: ResultsStore) -> tuple[Profile, str]:
+    """The profile pricing the twin and where it was read: the database's, or an exported
+    CSV's (which carries the same columns, so the same checks apply)."""
+    if cost.profile_csv is not None:
+        return read_csv_profile(cost.profile_csv)[0], str(cost.profile_csv)
+    assert cost.profile is not None  # one of the two (CalibratedCostConfig)
+    return store.find_profile(cost.profile), str(store.path)
 
 
 def _check_threads(profile_threads: int, threads: int, source: str) -> None:
@@ -341,6 +352,29 @@ def _check_kernels(profile: Profile, kernels: str, source: str) -> None:
             f"the calibration profile was measured with the {measured} kernels, this run "
             f"uses the {kernels} ones: calibrate again (--kernels), or set model.kernels: "
             f"{measured}, or cost_model.allow_other_device: true",
+            source=source,
+            field="cost_model.profile",
+        )
+
+
+def _run_linear(real: Scenario) -> str:
+    """What will run the real run's linear layers (`inference_linear.default_linear`)."""
+    from real_backend.model.inference_linear import default_linear
+    from real_backend.serve import DTYPES, pick_device
+
+    return default_linear(DTYPES[real.model.dtype], pick_device(real.hardware.gpu))
+
+
+def _check_linear(profile: Profile, linear: str, source: str) -> None:
+    """A profile whose linear layers ran another GEMM prices another engine (on CPU, the
+    prepacked weights cost 1.5x as much as MKL's at 2-3 rows on an Intel machine, 0.4x on
+    an AMD one); a profile from before this was recorded is taken as it is."""
+    measured = profile.info.get("linear")
+    if isinstance(measured, str) and measured != linear:
+        raise WorkbenchError(
+            f"the calibration profile's linear layers ran on {measured}, this run's run on "
+            f"{linear}: calibrate again with this code, or set "
+            f"cost_model.allow_other_device: true",
             source=source,
             field="cost_model.profile",
         )

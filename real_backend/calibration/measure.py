@@ -22,6 +22,7 @@ from real_backend.calibration.probe_engine import ProfilingEngine, probe_points
 from real_backend.calibration.verify_probe import VerifyWidthProbe
 from real_backend.engine import ServeOptions
 from real_backend.model.config import ModelArgs
+from real_backend.model.inference_linear import default_linear
 from real_backend.model.loading import load_checkpoint
 from real_backend.model.transformer import Transformer
 from real_backend.prompts import synthetic_prompts
@@ -151,11 +152,11 @@ def _resume_or_new(
 
 def _conditions(profile: Profile) -> tuple[object, ...]:
     # decode_attention: profiles begun before schema 9 recorded neither padding nor idle
-    # time, so an interrupted one is not resumed with points that do
-    attention, kernels = profile.info.get("decode_attention"), profile.info.get("kernels")
+    # time, so an interrupted one is not resumed with points that do; likewise linear
+    recorded = [profile.info.get(key) for key in ("decode_attention", "kernels", "linear")]
     return (
         profile.checkpoint, profile.device, profile.dtype, profile.threads, profile.grid,
-        attention, kernels,
+        *recorded,
     )  # fmt: skip
 
 
@@ -183,6 +184,7 @@ def _new_profile(target: CalibrationTarget, grid: Grid, name: str, args: ModelAr
             "platform": platform.platform(),
             "kernels": kernels.name,
             "decode_attention": "padded" if kernels.pads_attention else "exact",
+            "linear": default_linear(DTYPES[target.dtype], target.device),
         },
     )
 

@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from kernels.dispatch import KernelChoice, KernelSet, select_kernels
-from real_backend.host_to_device import device_tensor, to_device
+from real_backend.host_to_device import aligned_rows, device_tensor, to_device
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.config import ModelArgs
-from real_backend.model.inference_linear import InferenceLinear, can_prepack
+from real_backend.model.inference_linear import PLAIN, PREPACKED, InferenceLinear, prepack_pays
 from real_backend.model.layers import AttentionMeta, RMSNorm, TransformerBlock, rope_cos_sin
 from real_backend.model.layers import rope_inv_freq as _rope_inv_freq
 
@@ -86,7 +86,7 @@ class Transformer(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.kernel_choice: KernelChoice = "auto"
         self.head: InferenceLinear | None = None  # set by fuse()
-        self.linear_impl = "aten"  # what runs the linear layers (see fuse)
+        self.linear_impl = PLAIN  # what runs the linear layers (see fuse)
 
     def use_kernels(self, choice: KernelChoice) -> KernelSet:
         """Run attention and cache writes with ``choice`` ("auto": Triton on CUDA, else the
@@ -130,15 +130,15 @@ class Transformer(nn.Module):
 
     def fuse(self, prepack: bool | None = None) -> None:
         """Prepare for inference: fuse q/k/v and gate/up projections (fewer, larger matmuls),
-        and with `prepack` (default: wherever it applies, CPU fp32) run multi-row matmuls on
-        oneDNN-prepacked weights (`inference_linear`)."""
+        and with `prepack` (default: where it pays, CPU fp32 but for MKL on an Intel CPU) run
+        multi-row matmuls on oneDNN-prepacked weights (`inference_linear`)."""
         if prepack is None:
-            prepack = can_prepack(self.embed_tokens.weight)
+            prepack = prepack_pays(self.embed_tokens.weight)
         for layer in self.layers:
             layer.self_attn.fuse(prepack)
             layer.mlp.fuse(prepack)
         self.head = InferenceLinear(self.lm_head.weight, None, prepack)
-        self.linear_impl = "onednn-prepacked" if prepack else "aten"
+        self.linear_impl = PREPACKED if prepack else PLAIN
 
     @torch.inference_mode()
     def step(
@@ -218,11 +218,7 @@ def prepare_step(
         contexts.append(ctx)
         lengths.append(n)
     ids, pos, slot_mapping = device_tensor([tokens, positions, slots], device)  # (N,) each
-    # One copy for both, each row 16-byte aligned (an even width): Triton compiles a variant
-    # per pointer alignment, and an odd batch would misalign the second row.
-    pad = [0] * (B % 2)
-    lens = device_tensor([contexts + pad, lengths + pad], device)  # (2, B rounded up)
-    context_lens, new_lens = lens[0, :B], lens[1, :B]  # (B,) each
+    context_lens, new_lens = aligned_rows([contexts, lengths], device)  # (B,) each, one copy
     meta = AttentionMeta(
         slot_mapping=slot_mapping,
         block_tables=cache.block_tables([s.seq for s in plan]),

@@ -14,7 +14,7 @@ from torch import nn
 from kernels.dispatch import KernelChoice, KernelSet, select_kernels
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.config import ModelArgs
-from real_backend.model.inference_linear import InferenceLinear, can_prepack
+from real_backend.model.inference_linear import InferenceLinear, prepack_pays
 from real_backend.model.layers import RMSNorm, TransformerBlock, rope_cos_sin, rope_inv_freq
 from real_backend.model.loading import _check_shapes, _dtype, _read_tensors, _weight_map
 from real_backend.model.transformer import SeqStep, Transformer, prepare_step
@@ -190,7 +190,7 @@ def _renumber(state: dict[str, torch.Tensor], layers: range) -> dict[str, torch.
 
 
 def _fuse(stage: StageModel) -> None:
-    prepack = can_prepack(stage.weight())
+    prepack = prepack_pays(stage.weight())
     for layer in stage.layers:
         layer.self_attn.fuse(prepack)
         layer.mlp.fuse(prepack)
