@@ -181,6 +181,8 @@ def main() -> None:
         "--speculative", type=int, default=0, help="k: also run APAR and vanilla speculating"
     )
     args = parser.parse_args()
+    if args.copies < 1:
+        parser.error(f"--copies: at least 1, not {args.copies}")
     torch.set_num_threads(args.threads)
     folder = resolve_zoo_model(args.zoo, "target")
     dtype = DTYPES[args.dtype]

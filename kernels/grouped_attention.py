@@ -92,9 +92,8 @@ def paged_tree_attention(
         groups = [list(range(len(news)))]
     else:
         groups = row_groups(news, keys, nh * hd)
-    return attend_in_groups(
-        groups, q, k_cache, v_cache, block_tables, context_lens, new_lens, tree_mask, scale
-    )
+    args = (q, k_cache, v_cache, block_tables, context_lens, new_lens, tree_mask, scale)
+    return _attend(groups, news, keys, *args)
 
 
 def decode_attention(
@@ -143,6 +142,23 @@ def attend_in_groups(
     """The reference over each group of rows, at the group's own longest query and keys;
     `decode_attention` for a group of one-token rows."""
     news, keys = new_lens.tolist(), (context_lens + new_lens).tolist()
+    args = (q, k_cache, v_cache, block_tables, context_lens, new_lens, tree_mask, scale)
+    return _attend(groups, news, keys, *args)
+
+
+def _attend(
+    groups: list[list[int]],
+    news: list[int],  # new_lens as host integers
+    keys: list[int],  # context_lens + new_lens as host integers
+    q: torch.Tensor,  # (B, Q, nh, hd)
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,  # (B, max_blocks)
+    context_lens: torch.Tensor,  # (B,)
+    new_lens: torch.Tensor,  # (B,)
+    tree_mask: torch.Tensor | None,  # (B, Q, Q)
+    scale: float,
+) -> torch.Tensor:  # (B, Q, nh, hd)
     if len(groups) == 1 and q.shape[1] == 1 and min(news) == 1:  # the whole step decodes
         return decode_attention(q, k_cache, v_cache, block_tables, keys, scale)
     if len(groups) == 1:  # the whole step: no gather of rows

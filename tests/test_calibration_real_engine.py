@@ -15,7 +15,7 @@ import torch
 
 from real_backend.calibration.grid import get_grid
 from real_backend.calibration.measure import calibrate, resolve_target
-from real_backend.model.inference_linear import default_linear
+from real_backend.model.loading import load_checkpoint
 from workbench.cli import main
 from workbench.store import ResultsStore
 
@@ -59,7 +59,8 @@ def test_calibrate_stores_every_probe_step_and_exports_csv(
     assert [p.decode_context_max for p in decodes] == [c // 4 for c in contexts]
     assert profile.info["kernels"] == "grouped"  # the CPU default
     assert profile.info["decode_attention"] == "exact"  # priced by the context sum
-    assert profile.info["linear"] == default_linear(torch.float32, "cpu")  # as the engine's
+    engine = load_checkpoint(Path(profile.checkpoint), torch.float32, "cpu")  # fused as served
+    assert profile.info["linear"] == profile.linear == engine.linear_impl
     # One client thinking 5 ms between requests: each prompt wakes an idle engine, and its
     # step costs from the arrival; no other probe sleeps between steps.
     woken = [p for p in points if p.idle_before_s > 0]

@@ -8,12 +8,12 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
+from real_backend.cpu_info import field_in_cpuinfo  # noqa: E402
 from real_backend.model.inference_linear import (  # noqa: E402
     INTEL,
     InferenceLinear,
     can_prepack,
     prepack_pays,
-    vendor_in_cpuinfo,
 )
 
 needs_onednn = pytest.mark.skipif(
@@ -42,9 +42,10 @@ def test_without_prepacking_it_is_f_linear() -> None:
 
 
 def test_prepacking_is_for_cpu_fp32_only() -> None:
-    assert can_prepack(torch.zeros(2, 2)) == torch.backends.mkldnn.is_available()
-    assert not can_prepack(torch.zeros(2, 2, dtype=torch.bfloat16))
-    assert not can_prepack(torch.zeros(2, 2, dtype=torch.float64))
+    assert can_prepack(torch.float32, "cpu") == torch.backends.mkldnn.is_available()
+    assert not can_prepack(torch.bfloat16, "cpu")
+    assert not can_prepack(torch.float64, "cpu")
+    assert not can_prepack(torch.float32, "cuda")
 
 
 CPUINFO = """processor\t: 0
@@ -58,15 +59,18 @@ vendor_id\t: {vendor}
 
 
 def test_the_vendor_is_read_from_cpuinfo() -> None:
-    assert vendor_in_cpuinfo(CPUINFO.format(vendor="AuthenticAMD")) == "AuthenticAMD"
-    assert vendor_in_cpuinfo(CPUINFO.format(vendor=INTEL)) == INTEL
-    assert vendor_in_cpuinfo("processor\t: 0\nCPU implementer\t: 0x41\n") == ""  # ARM
+    amd = CPUINFO.format(vendor="AuthenticAMD")
+    assert field_in_cpuinfo(amd, "vendor_id") == "AuthenticAMD"
+    assert field_in_cpuinfo(amd, "model name") == "a CPU"
+    assert field_in_cpuinfo(CPUINFO.format(vendor=INTEL), "vendor_id") == INTEL
+    arm = "processor\t: 0\nCPU implementer\t: 0x41\n"
+    assert field_in_cpuinfo(arm, "vendor_id") == ""
 
 
 @needs_onednn
 def test_prepacked_by_default_unless_mkl_runs_on_an_intel_cpu() -> None:
-    weight = torch.zeros(2, 2)
-    assert prepack_pays(weight, "AuthenticAMD")
-    assert prepack_pays(weight, "")  # unknown: as before
-    assert prepack_pays(weight, INTEL) == (not torch.backends.mkl.is_available())
-    assert not prepack_pays(torch.zeros(2, 2, dtype=torch.bfloat16), "AuthenticAMD")
+    fp32 = (torch.float32, "cpu")
+    assert prepack_pays(*fp32, "AuthenticAMD")
+    assert prepack_pays(*fp32, "")  # unknown: as before
+    assert prepack_pays(*fp32, INTEL) == (not torch.backends.mkl.is_available())
+    assert not prepack_pays(torch.bfloat16, "cpu", "AuthenticAMD")

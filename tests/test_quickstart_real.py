@@ -35,7 +35,7 @@ def test_real_and_sim_runs_and_a_side_by_side_report(zoo_dir: Path, tmp_path: Pa
         records = store.load_records(real["run_id"])
     assert (records.requests.status == "finished").all()
     assert records.info["device"] == "cpu" and records.info["kernels"] == "grouped"
-    packed = prepack_pays(torch.zeros(1))  # CPU fp32: oneDNN's, but for MKL on an Intel CPU
+    packed = prepack_pays(torch.float32, "cpu")  # oneDNN's, but for MKL on an Intel CPU
     assert records.info["linear"] == ("onednn-prepacked" if packed else "aten")
     assert records.requests.output_tokens.sum() == records.steps.emitted_tokens.sum()
     assert main(["report", "--db", str(db), "--out", str(out)]) == 0

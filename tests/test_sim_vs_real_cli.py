@@ -82,7 +82,7 @@ def test_a_profile_measured_with_other_threads_is_refused(tiny_zoo: Path, tmp_pa
     from workbench.scenario.loader import load_scenario
 
     scenario = load_scenario(SCENARIO, [f"model.zoo_dir={tiny_zoo}"])
-    other = profile()
+    other = measured_here(profile())
     other.threads = torch.get_num_threads() + 1
     with ResultsStore.open(tmp_path / "t.duckdb") as store:
         works = grid_works()
@@ -101,7 +101,7 @@ def test_an_exported_profile_is_checked_as_a_stored_one(tiny_zoo: Path, tmp_path
 
     works = grid_works()
     points = points_of(works, [truth().step_time_s(w) for w in works])
-    other, mine = profile(), measured_here(profile())
+    other, mine = measured_here(profile()), measured_here(profile())
     other.threads = torch.get_num_threads() + 1
     mine.info |= {"kernels": "grouped"}
     with ResultsStore.open(tmp_path / "c.duckdb") as store:
@@ -150,29 +150,35 @@ def test_a_profile_of_other_linear_layers_is_refused(tiny_zoo: Path, tmp_path: P
     from workbench.scenario.loader import load_scenario
 
     here = default_linear(torch.float32, "cpu")
-    other = measured_here(profile())
+    other, same, unrecorded = (measured_here(profile()) for _ in range(3))
     other.info |= {"kernels": "grouped", "linear": PLAIN if here == PREPACKED else PREPACKED}
-    unrecorded = measured_here(profile())  # calibrated before the linear layers were recorded
+    same.info |= {"kernels": "grouped", "linear": here}
     unrecorded.info |= {"kernels": "grouped"}
+    del unrecorded.info["linear"]  # calibrated before the linear layers were recorded
+    assert unrecorded.linear == PREPACKED  # CPU fp32: the default of its day
     works = grid_works()
     points = points_of(works, [truth().step_time_s(w) for w in works])
     scenario = load_scenario(SCENARIO, [f"model.zoo_dir={tiny_zoo}"])
     with ResultsStore.open(tmp_path / "l.duckdb") as store:
-        store_profile(store, other, points)
-        with pytest.raises(WorkbenchError, match=f"linear layers ran on {other.info['linear']}"):
-            twin_scenarios(scenario, store, None)
-        old = store_profile(store, unrecorded, points)
-        real, _ = twin_scenarios(scenario, store, old.profile_id)
-        assert real.cost_model.profile == old.profile_id
+        ids = [store_profile(store, p, points).profile_id for p in (other, same, unrecorded)]
+        for profile_id, ran in zip(ids, [other.linear, here, PREPACKED], strict=True):
+            if ran == here:
+                real, _ = twin_scenarios(scenario, store, profile_id)
+                assert real.cost_model.profile == profile_id
+            else:
+                with pytest.raises(WorkbenchError, match=f"linear layers ran on {ran}, this"):
+                    twin_scenarios(scenario, store, profile_id)
 
 
 def measured_here(prof: Profile) -> Profile:
-    """The profile as if measured on this machine, with this process's threads."""
+    """The profile as if measured on this machine by this code, with this process's threads."""
     import torch
 
     from real_backend.calibration.measure import device_name
+    from real_backend.model.inference_linear import default_linear
 
     prof.threads, prof.device_name = torch.get_num_threads(), device_name("cpu")
+    prof.info["linear"] = default_linear(torch.float32, "cpu")
     return prof
 
 
@@ -235,15 +241,21 @@ def test_the_twin_prefers_a_profile_of_the_runs_kernels(tiny_zoo: Path, tmp_path
 
     works = grid_works()
     points = points_of(works, [truth().step_time_s(w) for w in works])
-    grouped, padded = profile(), profile()
+    grouped, padded, plain = profile(), profile(), profile()
     grouped.info |= {"kernels": "grouped"}
     padded.info |= {"kernels": "reference"}
+    plain.info |= {"kernels": "grouped", "linear": "aten"}
     scenario = with_model_source(load_scenario(SCENARIO, [f"model.zoo_dir={tiny_zoo}"]))
     with ResultsStore.open(tmp_path / "p.duckdb") as store:
-        first = store_profile(store, grouped, points)
+        first = store_profile(store, grouped, points)  # linear: the prepacked weights of its day
         store_profile(store, padded, points)  # the latest, but of other kernels
         cost = calibrated_config_for(scenario, store, None, "grouped")
         assert cost.profile == first.profile_id
+        latest = store_profile(store, plain, points)
+        assert calibrated_config_for(scenario, store, None, "grouped").profile == latest.profile_id
+        for linear, chosen in (("onednn-prepacked", first), ("aten", latest)):
+            cost = calibrated_config_for(scenario, store, None, "grouped", None, linear)
+            assert cost.profile == chosen.profile_id
 
 
 def test_the_twin_prefers_a_profile_of_this_machine(tiny_zoo: Path, tmp_path: Path) -> None:

@@ -254,15 +254,15 @@ def twin_scenarios(
         real = real.model_copy(
             update={"scheduler": real.scheduler.model_copy(update={"kv_cache": kv})}
         )
-    kernels = _run_kernels(real)
+    kernels, linear = _run_kernels(real), _run_linear(real)
     machine = _this_machine(real)
-    cost = calibrated_config_for(resolved, store, profile, kernels, machine)
+    cost = calibrated_config_for(resolved, store, profile, kernels, machine, linear)
     if not cost.allow_other_device:
         measured, source = _twin_profile(cost, store)
+        _check_device_name(measured, machine.device_name, source)
         _check_threads(measured.threads, machine.threads, source)
         _check_kernels(measured, kernels, source)
-        _check_linear(measured, _run_linear(real), source)
-        _check_device_name(measured, machine.device_name, source)
+        _check_linear(measured, linear, source)
     # The real run carries the twin's cost model too (the real backend reads none), so the
     # pair's configurations differ in their backend alone.
     real = real.model_copy(update={"cost_model": cost})
@@ -360,20 +360,20 @@ def _check_kernels(profile: Profile, kernels: str, source: str) -> None:
 def _run_linear(real: Scenario) -> str:
     """What will run the real run's linear layers (`inference_linear.default_linear`)."""
     from real_backend.model.inference_linear import default_linear
-    from real_backend.serve import DTYPES, pick_device
+    from real_backend.serve import dtype_of, pick_device
 
-    return default_linear(DTYPES[real.model.dtype], pick_device(real.hardware.gpu))
+    return default_linear(dtype_of(real.model.dtype), pick_device(real.hardware.gpu))
 
 
 def _check_linear(profile: Profile, linear: str, source: str) -> None:
     """A profile whose linear layers ran another GEMM prices another engine (on CPU, the
-    prepacked weights cost 1.5x as much as MKL's at 2-3 rows on an Intel machine, 0.4x on
-    an AMD one); a profile from before this was recorded is taken as it is."""
-    measured = profile.info.get("linear")
-    if isinstance(measured, str) and measured != linear:
+    prepacked weights cost 1.5x MKL's at 2-3 rows on an Intel machine, 0.4-0.6x from 3 rows
+    on an AMD one); a profile from before this was recorded ran the default of its day."""
+    measured = profile.linear
+    if measured != linear:
         raise WorkbenchError(
-            f"the calibration profile's linear layers ran on {measured}, this run's run on "
-            f"{linear}: calibrate again with this code, or set "
+            f"the calibration profile's linear layers ran on {measured}, this run's will run "
+            f"on {linear}: calibrate again with this code, or set "
             f"cost_model.allow_other_device: true",
             source=source,
             field="cost_model.profile",

@@ -20,6 +20,7 @@ from kernels.dispatch import KernelChoice, KernelUnavailable, select_kernels
 from real_backend.calibration.grid import BLOCK_SIZE, Grid, Probe, get_grid
 from real_backend.calibration.probe_engine import ProfilingEngine, probe_points
 from real_backend.calibration.verify_probe import VerifyWidthProbe
+from real_backend.cpu_info import cpuinfo_field
 from real_backend.engine import ServeOptions
 from real_backend.model.config import ModelArgs
 from real_backend.model.inference_linear import default_linear
@@ -152,11 +153,11 @@ def _resume_or_new(
 
 def _conditions(profile: Profile) -> tuple[object, ...]:
     # decode_attention: profiles begun before schema 9 recorded neither padding nor idle
-    # time, so an interrupted one is not resumed with points that do; likewise linear
-    recorded = [profile.info.get(key) for key in ("decode_attention", "kernels", "linear")]
+    # time, so an interrupted one is not resumed with points that do
+    attention, kernels = profile.info.get("decode_attention"), profile.info.get("kernels")
     return (
         profile.checkpoint, profile.device, profile.dtype, profile.threads, profile.grid,
-        *recorded,
+        attention, kernels, profile.linear,
     )  # fmt: skip
 
 
@@ -205,12 +206,8 @@ def model_shape(args: ModelArgs) -> dict[str, int]:
 def device_name(device: str) -> str:
     if device == "cuda":
         return torch.cuda.get_device_name()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ×{os.cpu_count()}"
-    return f"{platform.processor() or platform.machine()} ×{os.cpu_count()}"
+    model = cpuinfo_field("model name") or platform.processor() or platform.machine()
+    return f"{model} ×{os.cpu_count()}"
 
 
 def _load_average() -> str:

@@ -6,65 +6,42 @@ generic code path (it keeps its fast kernels for Intel's CPUs), which repacks th
 weight on every call: on the zoo target, 5 rows cost 4.5x one row, and oneDNN's linear on
 a weight reordered once into its blocked layout was 2.3x faster at 5 rows, 2.4x at 31 (one
 thread, AMD EPYC). On an Intel CPU MKL's own small-matrix path is the faster one: 2-3 rows
-cost what one row does, where the prepacked weight costs 1.5x as much, and from 4 rows on
-the two are within 8 % (one or two threads, Intel Xeon; `benchmarks/cpu_linear.py`). So
-weights are prepacked by default only where MKL is not on its own ground. One row stays on
-`F.linear` either way, whose GEMV reads the plain weight faster still. The packed copy
-doubles the weights' memory, so it is for CPU fp32 only, where the models are small.
+cost what one row does, where the prepacked weight costs 1.5x as much (1.9x with two
+threads); from 4 rows on the two are within 11 % with one thread, and MKL stays ahead
+with two (Intel Xeon; `benchmarks/cpu_linear.py`). So weights are prepacked by default only
+where MKL is not on its own ground. One row stays on `F.linear` either way, whose GEMV
+reads the plain weight faster still. The packed copy doubles the weights' memory, so it is
+for CPU fp32 only, where the models are small.
 """
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
+
+from real_backend.cpu_info import cpuinfo_field
 
 INTEL = "GenuineIntel"  # the CPUID vendor string of Intel's CPUs
 PREPACKED, PLAIN = "onednn-prepacked", "aten"  # what runs the linear layers, as recorded
 
 
-def can_prepack(weight: torch.Tensor) -> bool:
-    """oneDNN prepacking applies: a CPU fp32 weight and a PyTorch built with oneDNN."""
-    return (
-        weight.device.type == "cpu"
-        and weight.dtype == torch.float32
-        and torch.backends.mkldnn.is_available()
-    )
+def can_prepack(dtype: torch.dtype, device_type: str) -> bool:
+    """oneDNN prepacking applies: CPU fp32 weights and a PyTorch built with oneDNN."""
+    return device_type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
 
 
-def prepack_pays(weight: torch.Tensor, vendor: str | None = None) -> bool:
+def prepack_pays(dtype: torch.dtype, device_type: str, vendor: str | None = None) -> bool:
     """Prepacking applies and beats `F.linear`: unless MKL runs `F.linear` on an Intel CPU.
-    `vendor`: the CPU's vendor string (default: this machine's)."""
-    vendor = cpu_vendor() if vendor is None else vendor
+    `vendor`: the CPU's vendor string (default: this machine's; "" when unknown, as on a
+    system without /proc/cpuinfo, keeps the prepacked weights)."""
+    vendor = cpuinfo_field("vendor_id") if vendor is None else vendor
     mkl_at_home = torch.backends.mkl.is_available() and vendor == INTEL
-    return can_prepack(weight) and not mkl_at_home
+    return can_prepack(dtype, device_type) and not mkl_at_home
 
 
-def default_linear(dtype: torch.dtype, device: str) -> str:
+def default_linear(dtype: torch.dtype, device_type: str) -> str:
     """What runs a model's linear layers by default (`Transformer.fuse`) on this machine."""
-    return PREPACKED if prepack_pays(torch.empty(0, dtype=dtype, device=device)) else PLAIN
-
-
-@functools.cache
-def cpu_vendor() -> str:
-    """This machine's CPU vendor string (`GenuineIntel`, `AuthenticAMD`, ...); "" where
-    the system does not say (no /proc/cpuinfo)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return vendor_in_cpuinfo(text)
-
-
-def vendor_in_cpuinfo(text: str) -> str:
-    """The first `vendor_id` of a /proc/cpuinfo text; "" if it has none (e.g. on ARM)."""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "vendor_id":
-            return value.strip()
-    return ""
+    return PREPACKED if prepack_pays(dtype, device_type) else PLAIN
 
 
 class InferenceLinear:

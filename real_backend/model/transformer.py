@@ -133,7 +133,8 @@ class Transformer(nn.Module):
         and with `prepack` (default: where it pays, CPU fp32 but for MKL on an Intel CPU) run
         multi-row matmuls on oneDNN-prepacked weights (`inference_linear`)."""
         if prepack is None:
-            prepack = prepack_pays(self.embed_tokens.weight)
+            weight = self.embed_tokens.weight
+            prepack = prepack_pays(weight.dtype, weight.device.type)
         for layer in self.layers:
             layer.self_attn.fuse(prepack)
             layer.mlp.fuse(prepack)

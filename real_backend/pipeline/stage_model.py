@@ -190,7 +190,8 @@ def _renumber(state: dict[str, torch.Tensor], layers: range) -> dict[str, torch.
 
 
 def _fuse(stage: StageModel) -> None:
-    prepack = prepack_pays(stage.weight())
+    weight = stage.weight()
+    prepack = prepack_pays(weight.dtype, weight.device.type)
     for layer in stage.layers:
         layer.self_attn.fuse(prepack)
         layer.mlp.fuse(prepack)

@@ -199,11 +199,12 @@ def calibrated_config_for(
     ref: str | None,
     kernels: str | None = None,
     machine: tuple[str, int] | None = None,  # this device's name and torch threads
+    linear: str | None = None,  # what runs the run's linear layers (`Profile.linear`)
 ) -> CalibratedCostConfig:
     """The calibrated cost model of a real scenario's simulated twin: profile `ref`, else the
     scenario's own calibrated model, else the latest complete profile of its model shape,
-    device and dtype in `store`, preferring one measured with `kernels` (the run's), then on
-    this `machine` (its device name, then its threads)."""
+    device and dtype in `store`, preferring one measured with `kernels` and `linear` (the
+    run's), then on this `machine` (its device name, then its threads)."""
     if ref is not None:
         return CalibratedCostConfig(kind="calibrated", profile=ref)
     if isinstance(scenario.cost_model, CalibratedCostConfig):
@@ -225,9 +226,15 @@ def calibrated_config_for(
         )
     name, threads = machine or (None, None)
 
-    def preference(i: int) -> tuple[bool, bool, bool, int]:
+    def preference(i: int) -> tuple[bool, bool, bool, bool, int]:
         p = matches[i]
-        return (p.kernels == kernels, p.device_name == name, p.threads == threads, i)
+        return (
+            p.kernels == kernels,
+            p.linear == linear,
+            p.device_name == name,
+            p.threads == threads,
+            i,
+        )
 
     best = matches[max(range(len(matches)), key=preference)]
     return CalibratedCostConfig(kind="calibrated", profile=best.profile_id)

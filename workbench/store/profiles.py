@@ -114,6 +114,16 @@ class Profile:
             return recorded
         return "triton" if self.device == "cuda" else "reference"
 
+    @property
+    def linear(self) -> str:
+        """What ran the linear layers (`real_backend.model.inference_linear`); profiles begun
+        before it was recorded ran the default of their day: oneDNN-prepacked weights for
+        CPU fp32, `F.linear` elsewhere."""
+        recorded = self.info.get("linear")
+        if isinstance(recorded, str):
+            return recorded
+        return "onednn-prepacked" if (self.device, self.dtype) == ("cpu", "fp32") else "aten"
+
     def describe(self) -> str:
         """One line: what was measured where."""
         return (
