@@ -245,6 +245,7 @@ def test_the_twin_prefers_a_profile_of_the_runs_kernels(tiny_zoo: Path, tmp_path
     grouped.info |= {"kernels": "grouped"}
     padded.info |= {"kernels": "reference"}
     plain.info |= {"kernels": "grouped", "linear": "aten"}
+    plain.created_at = grouped.created_at + 60  # the latest (profiles list oldest first)
     scenario = with_model_source(load_scenario(SCENARIO, [f"model.zoo_dir={tiny_zoo}"]))
     with ResultsStore.open(tmp_path / "p.duckdb") as store:
         first = store_profile(store, grouped, points)  # linear: the prepacked weights of its day
