@@ -93,7 +93,7 @@ def paged_tree_attention(
     else:
         groups = row_groups(news, keys, nh * hd)
     args = (q, k_cache, v_cache, block_tables, context_lens, new_lens, tree_mask, scale)
-    return _attend(groups, news, keys, *args)
+    return attend_in_groups(groups, *args, lens=(news, keys))
 
 
 def decode_attention(
@@ -138,27 +138,14 @@ def attend_in_groups(
     new_lens: torch.Tensor,  # (B,)
     tree_mask: torch.Tensor | None,  # (B, Q, Q)
     scale: float,
+    lens: tuple[list[int], list[int]] | None = None,  # new_lens and keys, as host integers
 ) -> torch.Tensor:  # (B, Q, nh, hd)
     """The reference over each group of rows, at the group's own longest query and keys;
-    `decode_attention` for a group of one-token rows."""
-    news, keys = new_lens.tolist(), (context_lens + new_lens).tolist()
-    args = (q, k_cache, v_cache, block_tables, context_lens, new_lens, tree_mask, scale)
-    return _attend(groups, news, keys, *args)
-
-
-def _attend(
-    groups: list[list[int]],
-    news: list[int],  # new_lens as host integers
-    keys: list[int],  # context_lens + new_lens as host integers
-    q: torch.Tensor,  # (B, Q, nh, hd)
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,  # (B, max_blocks)
-    context_lens: torch.Tensor,  # (B,)
-    new_lens: torch.Tensor,  # (B,)
-    tree_mask: torch.Tensor | None,  # (B, Q, Q)
-    scale: float,
-) -> torch.Tensor:  # (B, Q, nh, hd)
+    `decode_attention` for a group of one-token rows. `lens`: new_lens and context_lens +
+    new_lens as lists, when the caller has them (each `tolist` waits for a GPU)."""
+    if lens is None:
+        lens = new_lens.tolist(), (context_lens + new_lens).tolist()
+    news, keys = lens
     if len(groups) == 1 and q.shape[1] == 1 and min(news) == 1:  # the whole step decodes
         return decode_attention(q, k_cache, v_cache, block_tables, keys, scale)
     if len(groups) == 1:  # the whole step: no gather of rows
