@@ -10,6 +10,7 @@ import torch
 
 import real_backend.length_predictor.predictor  # noqa: F401  (registers the learned predictor)
 from kernels.dispatch import KernelChoice, KernelUnavailable
+from real_backend.calibration.probe_engine import ProfilingEngine, probe_points
 from real_backend.decoders.factory import build_decoder
 from real_backend.engine import RealEngine, ServeOptions
 from real_backend.model.config import ModelArgs
@@ -42,7 +43,9 @@ GENERATION_CONFIG = "generation_config.json"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def serve_scenario(scenario: Scenario, progress=None) -> RunRecords:
+def serve_scenario(scenario: Scenario, progress=None, measure_steps: bool = False) -> RunRecords:
+    """measure_steps: keep each step's work and wall time in `records.served_steps` (the
+    calibration's points), for `--backend both` to price the real run's own steps."""
     if scenario.hardware.replicas != 1 or scenario.hardware.tensor_parallel != 1:
         raise WorkbenchError(
             "the real backend serves one replica on one device", field="hardware.replicas"
@@ -95,8 +98,11 @@ def serve_scenario(scenario: Scenario, progress=None) -> RunRecords:
     assert decoder.lookahead_slots == slots, "the feasibility check counted other slots"
     branching = isinstance(scenario.decoder, AparDecoderConfig)  # APAR requests fork
     policy = build_policy(scenario.scheduler, num_blocks, slots, branching=branching)
-    engine = RealEngine(model, cache, policy, options, decoder)
+    engine_class = ProfilingEngine if measure_steps else RealEngine
+    engine = engine_class(model, cache, policy, options, decoder)
     records, outputs = engine.serve(workload, prompts, progress)
+    if isinstance(engine, ProfilingEngine):
+        records.served_steps = probe_points("served", engine.shapes, records.steps)
     records.outputs = output_records(outputs, folder)
     records.info.update(run_info(folder, device, scenario.model.dtype, num_blocks))
     records.info["kernels"] = kernels

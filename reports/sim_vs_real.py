@@ -102,14 +102,23 @@ def error_table(real: RunData, sim: RunData) -> Table:
 
 
 def _drift_lines(sim: RunData) -> list[str]:
-    """The machine's drift since calibration, when `--backend both` measured it."""
-    drift = sim.run.get("info", {}).get("machine_drift")
-    return [f"{DRIFT_LABEL}: {drift}"] if drift else []
+    """The machine's drift since calibration and the twin's price of the real run's own
+    steps, where `--backend both` measured them."""
+    info = sim.run.get("info", {})
+    return [
+        f"{label}: {info[key]}"
+        for key, label in (("machine_drift", DRIFT_LABEL), ("step_prices", STEP_PRICES_LABEL))
+        if info.get(key)
+    ]
 
 
 DRIFT_LABEL = (
     "Machine drift since calibration (the profile's probes served again, median step time "
     "against the profile's; twin errors of this size are the machine's)"
+)
+STEP_PRICES_LABEL = (
+    "The real run's own steps priced by the twin's cost model (summed prices against summed "
+    "wall times; a twin that departs further does so by taking other steps)"
 )
 
 

@@ -118,3 +118,35 @@ def test_curves_never_fall_with_more_tokens() -> None:
     curve = fit_profile(points_of(works, list(seconds))).curves["decode"]
     values = curve(np.array(batches, dtype=float))
     assert (np.diff(values) >= 0).all() and values[-1] == pytest.approx(values[-2])
+
+
+def test_batch_bands_cover_every_size_once() -> None:
+    from simulator.cost_models.calibrated import batch_band
+
+    assert [batch_band(b) for b in (1, 2, 4, 5, 8, 9, 16, 17, 64)] == [
+        "1", "2-4", "2-4", "5-8", "5-8", "9-16", "9-16", "17+", "17+",
+    ]  # fmt: skip
+
+
+def test_a_served_runs_steps_are_priced_by_kind_and_decode_band() -> None:
+    """Served steps whose decodes at batch 2-4 ran 10 % over the model: that band's summed
+    price is 1 / 1.1 of its wall time, every other band and kind exact."""
+    from simulator.cost_models.calibrated import served_errors, served_errors_text
+
+    known = truth()
+    works = grid_works()
+    fitted, _ = _model_from([known.step_time_s(w) for w in works])
+    slow = [work_kind(w) == "decode" and 2 <= w.decode_batch_size <= 4 for w in works]
+    served = points_of(
+        works,
+        [known.step_time_s(w) * (1.1 if s else 1.0) for w, s in zip(works, slow, strict=True)],
+    )
+    errors = served_errors(fitted, served)
+    assert np.isclose(errors["decode, batch 2-4"][3], 1 / 1.1)
+    assert errors["decode, batch 2-4"][0] == sum(slow)
+    for name, (_n, _median, _p90, total) in errors.items():
+        if name not in ("decode", "decode, batch 2-4"):
+            assert np.isclose(total, 1.0), name
+    bands = [name for name in errors if name.startswith("decode, batch")]
+    assert bands == sorted(bands, key=lambda name: int(name.split()[-1].split("-")[0].strip("+")))
+    assert "decode, batch 2-4 -9.1% (median |error| 9.1%" in served_errors_text(fitted, served)

@@ -39,12 +39,13 @@ def test_equals_the_reference_over_several_groups(mask, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("contexts", [[0], [15], [16], [250], [3, 250, 31, 16], [40, 41, 39]])
 @pytest.mark.parametrize("mask", ["causal", "tree"])
-def test_one_token_rows_attend_by_their_lengths_as_the_reference(contexts, mask, dtype):
+@pytest.mark.parametrize("group", [1, 4])  # query heads per KV head: MHA and GQA
+def test_one_token_rows_attend_by_their_lengths_as_the_reference(contexts, mask, dtype, group):
     """A fresh prompt's token, block edges, one sequence (no mask) or several (cut or not)."""
     gen = torch.Generator().manual_seed(sum(contexts))
     news = [1] * len(contexts)
     inputs = random_paged_inputs(
-        gen, contexts, news, n_kv=2, group=4, head_dim=32, block_size=16,
+        gen, contexts, news, n_kv=2, group=group, head_dim=32, block_size=16,
         dtype=dtype, mask=mask, device="cpu",
     )  # fmt: skip
     spare = torch.full((len(contexts), 3), -1)  # table entries past every sequence's end

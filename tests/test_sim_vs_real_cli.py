@@ -5,6 +5,7 @@ and in the report."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,11 @@ def test_both_backends_run_as_a_pair_with_an_error_table(
     assert drift.count("before the run") == 2 and drift.count("after") == 2
     assert "decode-b4-p48" in drift and "mixed-b4" in drift
     assert "Machine drift since calibration" in out
+    # The real run's own steps, each priced by the twin's model.
+    prices = sim["info"]["step_prices"]
+    assert re.search(r"(^|; )decode [+-]\d+\.\d% \(median \|error\| \d+\.\d%, \d+ steps\)", prices)
+    assert "decode, batch 1 " in prices
+    assert "own steps priced by the twin's cost model" in out
     real_config, sim_config = json.loads(real["config_json"]), json.loads(sim["config_json"])
     assert sim_config["cost_model"] == {
         "kind": "calibrated", "profile": profile.profile_id, "profile_csv": None,

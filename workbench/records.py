@@ -16,6 +16,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from workbench.apar_records import BranchRecords
+    from workbench.store.profiles import ProfilePoint
 
 REQUEST_STATUSES = ("finished", "unfinished")
 
@@ -86,6 +87,9 @@ class RunRecords:
     info: dict[str, str] = field(default_factory=dict)  # backend facts: device, versions...
     branches: BranchRecords | None = None  # APAR runs: every request's branch tree
     outputs: OutputRecords | None = None  # real runs: what the model answered
+    # A real run served with `measure_steps`: its steps as calibration points (work and wall
+    # time), for the twin's price of each; not stored.
+    served_steps: list[ProfilePoint] | None = None
 
 
 @dataclass

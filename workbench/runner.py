@@ -23,7 +23,7 @@ from workbench.sweep import SweepPoint, expand, point_source
 
 if TYPE_CHECKING:
     from real_backend.calibration.drift import DriftProbe
-    from workbench.store.profiles import Profile
+    from workbench.store.profiles import Profile, ProfilePoint
 
 
 class Progress(Protocol):
@@ -50,6 +50,7 @@ class RunOutcome:
     wall_s: float | None = None  # wall-clock time of the run (None when skipped)
     label: str | None = None
     earlier_runs: list[str] = field(default_factory=list)  # same configuration, stored before
+    served_steps: list[ProfilePoint] | None = None  # a real run's steps, when measured
 
 
 OutcomeHandler = Callable[[RunOutcome], None]
@@ -128,10 +129,12 @@ def run_point(
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
     position: tuple[int, int] = (1, 1),
     info: dict[str, str] | None = None,
+    measure_steps: bool = False,
 ) -> RunOutcome:
     """Run one point and store it whole; position: (index from 1, points in the sweep).
     info: entries for the run's info (`--backend both`: `twin_of`, the real run this
-    simulated run reproduces, and `machine_drift`)."""
+    simulated run reproduces, `machine_drift` and `step_prices`).
+    measure_steps: a real run's steps kept in the outcome as calibration points."""
     scenario = point.scenario
     display = (
         progress(scenario.workload.num_requests, _progress_label(point, position))
@@ -140,7 +143,9 @@ def run_point(
     )
     started = time.time()
     try:
-        records = run_backend(scenario, display.update if display else None, store)
+        records = run_backend(
+            scenario, display.update if display else None, store, measure_steps=measure_steps
+        )
     finally:
         if display is not None:
             display.close()
@@ -170,7 +175,10 @@ def run_point(
         if percentiles == DEFAULT_PERCENTILES
         else summarize(records, scenario.slo, percentiles)
     )
-    return RunOutcome(meta.run_id, point, shown, wall_s=finished - started, label=label)
+    return RunOutcome(
+        meta.run_id, point, shown, wall_s=finished - started, label=label,
+        served_steps=records.served_steps,
+    )  # fmt: skip
 
 
 @dataclass
@@ -214,11 +222,13 @@ def run_twins(
             before = drift.measure_or_why() if drift is not None else []
             real_run = run_point(
                 SweepPoint(point.values, real), store, progress=progress, label=label,
-                percentiles=percentiles, position=position,
+                percentiles=percentiles, position=position, measure_steps=True,
             )  # fmt: skip
             info = {"twin_of": real_run.run_id}
             if drift is not None:
                 info["machine_drift"] = drift.describe(before, drift.measure_or_why())
+            if real_run.served_steps:
+                info["step_prices"] = _step_prices(sim, store, real_run.served_steps)
             sim_run = run_point(
                 SweepPoint(point.values, sim), store, progress=progress, label=label,
                 percentiles=percentiles, position=position, info=info,
@@ -318,6 +328,16 @@ def _check_device_name(profile: Profile, here: str, source: str) -> None:
         )
 
 
+def _step_prices(sim: Scenario, store: ResultsStore, steps: list[ProfilePoint]) -> str:
+    """The twin's price of each step the real run ran, against its wall time."""
+    from simulator.cost_models.calibrated import CalibratedCostModel, served_errors_text
+    from simulator.cost_models.factory import build_cost_model
+
+    model = build_cost_model(with_model_source(sim), store)
+    assert isinstance(model, CalibratedCostModel), "a twin is priced by its profile"
+    return served_errors_text(model, steps)
+
+
 def _drift_probe(sim: Scenario, store: ResultsStore) -> DriftProbe | None:
     """The profile's drift probes: for a stored profile measured on this device (not a CSV,
     nor one priced on another device), of a grid with drift probes, its checkpoint here."""
@@ -390,10 +410,13 @@ def run_backend(
     scenario: Scenario,
     progress: Callable[[int], None] | None,
     store: ResultsStore | None = None,
+    measure_steps: bool = False,
 ) -> RunRecords:
     """Dispatch to a backend; imported lazily so the light path never imports torch.
 
-    store: the results database, where the simulator finds a run to calibrate from."""
+    store: the results database, where the simulator finds a run to calibrate from.
+    measure_steps: the real backend keeps each step's work and wall time
+    (`RunRecords.served_steps`)."""
     scenario = with_model_source(scenario)
     if scenario.backend == "sim":
         from simulator.run import simulate
@@ -401,7 +424,7 @@ def run_backend(
         return simulate(scenario, progress=progress, store=store)
     with needs_real_extra("the real backend runs PyTorch", field="backend"):
         from real_backend.serve import serve_scenario
-    return serve_scenario(scenario, progress=progress)
+    return serve_scenario(scenario, progress=progress, measure_steps=measure_steps)
 
 
 def with_model_source(scenario: Scenario) -> Scenario:
