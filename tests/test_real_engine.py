@@ -115,3 +115,24 @@ def test_step_records_count_the_prompt_tokens_really_computed(checkpoint, worklo
     assert preempting.requests.preemptions.sum() > 0
     # Preempted requests recompute their prompt and emitted tokens: strictly more.
     assert preempting.steps.prefill_tokens.sum() > w.prompt_tokens.sum()
+
+
+def test_a_static_batch_profiled_counts_its_padding_as_decodes(checkpoint, workload) -> None:
+    """`--backend both` serves on the calibration's engine: a static plan's finished members
+    are padding slots the engine skips, which must not read as negative verified tokens (a
+    `verify` step, or a price that fails)."""
+    from real_backend.calibration.probe_engine import ProfilingEngine, probe_points
+
+    model = load_checkpoint(checkpoint[0], dtype=torch.float64)
+    policy = POLICIES["static"]()
+    cache = model.new_cache(num_blocks=policy.num_blocks, block_size=policy.block_size)
+    engine = ProfilingEngine(
+        model, cache, policy, ServeOptions(sampling=VanillaDecoderConfig(kind="vanilla"), seed=0)
+    )
+    w, prompts = workload
+    records, _ = engine.serve(w, prompts)
+    points = probe_points("served", engine.shapes, records.steps)
+    assert any(p.decode_batch_size == 4 for p in points)  # full batches, finishing unevenly
+    assert all(p.decode_extra_tokens == 0 and p.decode_extra_context_sum == 0 for p in points)
+    assert {p.kind for p in points} <= {"decode", "prefill", "mixed"}
+    assert len(points) == len(records.steps.step) - 1  # every step but the first

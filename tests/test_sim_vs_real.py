@@ -76,3 +76,23 @@ def test_the_report_shows_the_pair_with_its_errors_and_cdfs(
     assert "Simulator vs real: " in markdown and "| E2E p90 (ms) |" in markdown
     assert (out / "twin_cdf_real1.png").is_file()
     assert "(uncalibrated)" not in markdown  # a calibrated twin is not flagged
+
+
+def test_a_twin_that_cannot_price_the_real_steps_says_why(tmp_path: Path) -> None:
+    """The step-price line comes after the real run is stored: a failure there is written
+    into the line, never raised to leave the real run without its twin."""
+    from workbench.runner import _step_prices
+    from workbench.scenario.loader import load_scenario
+    from workbench.store.profiles import ProfilePoint
+
+    quickstart = Path(__file__).resolve().parent.parent / "scenarios" / "quickstart.yaml"
+    sim = load_scenario(quickstart, ["cost_model={kind: calibrated, profile: absent}"])
+    point = ProfilePoint(
+        probe="served", step=1, prefill_chunk_tokens=(), prefill_context_tokens=(),
+        decode_batch_size=1, decode_context_sum=10, decode_context_max=10,
+        decode_extra_tokens=0, decode_extra_context_sum=0, forward_s=0.01, step_s=0.01,
+        idle_before_s=0.0,
+    )  # fmt: skip
+    with ResultsStore.open(tmp_path / "empty.duckdb") as store:
+        text = _step_prices(sim, store, [point])
+    assert text.startswith("not priced (WorkbenchError: ") and "absent" in text

@@ -229,6 +229,7 @@ def run_twins(
                 info["machine_drift"] = drift.describe(before, drift.measure_or_why())
             if real_run.served_steps:
                 info["step_prices"] = _step_prices(sim, store, real_run.served_steps)
+                real_run.served_steps = None  # priced: a long sweep need not keep them
             sim_run = run_point(
                 SweepPoint(point.values, sim), store, progress=progress, label=label,
                 percentiles=percentiles, position=position, info=info,
@@ -329,13 +330,18 @@ def _check_device_name(profile: Profile, here: str, source: str) -> None:
 
 
 def _step_prices(sim: Scenario, store: ResultsStore, steps: list[ProfilePoint]) -> str:
-    """The twin's price of each step the real run ran, against its wall time."""
+    """The twin's price of each step the real run ran, against its wall time, or why it
+    could not be priced: the line only informs the error table, so a failure is recorded in
+    it, never left to orphan the stored real run."""
     from simulator.cost_models.calibrated import CalibratedCostModel, served_errors_text
     from simulator.cost_models.factory import build_cost_model
 
-    model = build_cost_model(with_model_source(sim), store)
-    assert isinstance(model, CalibratedCostModel), "a twin is priced by its profile"
-    return served_errors_text(model, steps)
+    try:
+        model = build_cost_model(with_model_source(sim), store)
+        assert isinstance(model, CalibratedCostModel), "a twin is priced by its profile"
+        return served_errors_text(model, steps)
+    except Exception as e:  # recorded in the run's info, not hidden
+        return f"not priced ({type(e).__name__}: {e})"
 
 
 def _drift_probe(sim: Scenario, store: ResultsStore) -> DriftProbe | None:

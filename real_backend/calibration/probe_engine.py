@@ -74,7 +74,9 @@ class ProfilingEngine(RealEngine):
         accepted: int,
     ) -> None:
         super()._record_step(plan, start_s, end_s, emitted, prefill_tokens, outcome, accepted)
-        extra = (outcome.verified - plan.decode_batch_size) if outcome else 0
+        # A static batch's plan counts its finished members as padding slots the engine
+        # does not decode (verified < batch): no extra tokens, not a negative count.
+        extra = max(outcome.verified - plan.decode_batch_size, 0) if outcome else 0
         per_sequence = extra // plan.decode_batch_size if plan.decode_batch_size else 0
         self.shapes.append(
             StepShape(
