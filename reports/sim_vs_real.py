@@ -113,8 +113,9 @@ def _drift_lines(sim: RunData) -> list[str]:
 
 
 DRIFT_LABEL = (
-    "Machine drift since calibration (the profile's probes served again, median step time "
-    "against the profile's; twin errors of this size are the machine's)"
+    "Machine drift since calibration (two of the profile's probes served again around the "
+    "run, median step time against the profile's: a reading of two probes, which can differ "
+    "from the run's own steps below by 10 points)"
 )
 STEP_PRICES_LABEL = (
     "The real run's own steps priced by the twin's cost model (summed prices against summed "
