@@ -20,7 +20,7 @@ from reports.decoders import decoder_tables, sim_vs_real_table
 from reports.headline import headline_table, slo_table
 from reports.html import render_html
 from reports.markdown import render_markdown
-from reports.matching import twin_pairs
+from reports.matching import speed_matched_twin, twin_pairs
 from reports.pipeline import pipeline_tables
 from reports.planning import plan_probe_ids, planning_images
 from reports.sim_vs_real import cdf_overlay, error_table, pair_name
@@ -125,7 +125,9 @@ def _tables(runs: list[RunData]) -> list[Table]:
     twins = sim_vs_real_table(runs)
     if twins is not None:
         tables.append(twins)
-    tables += [error_table(real, sim) for real, sim in twin_pairs(runs)]
+    tables += [
+        error_table(real, sim, speed_matched_twin(real, runs)) for real, sim in twin_pairs(runs)
+    ]
     return tables
 
 

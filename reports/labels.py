@@ -28,6 +28,7 @@ SHORT_NAMES = {
     "backend": "",
     "model.name": "",
     "cost_model.kind": "cost",
+    "cost_model.price_scale": "price ×",
     "scheduler.kind": "",
     "decoder.kind": "",
 }

@@ -8,6 +8,9 @@
   simulator-only fields (`acceptance`, `tokens_per_step`, `calibrate_from`); the latest.
   A simulated run stored as a real run's twin (`workbench run --backend both`, its
   `info.twin_of`) is that run's twin whatever the rest.
+  A real run's *speed-matched twin* (`--speed-matched`, its `info.speed_matched_twin_of`)
+  is the same twin with every price scaled to the real run's measured speed; it is shown
+  beside the pair, never taken as the twin.
   A twin is *calibrated* only when its cost model was fitted to the real run's own device
   (a cost model kind in CALIBRATED_COST_MODELS); roofline, fixed-step, Vidur-profile and
   catalog-fitted prices of a real run are not, and reports say so beside the pair.
@@ -48,7 +51,17 @@ def vanilla_baseline(run: RunData, runs: list[RunData]) -> RunData | None:
 def simulator_twin(real: RunData, runs: list[RunData]) -> RunData | None:
     """The run stored as its twin (`workbench run --backend both`), else the latest match."""
     paired = [run for run in runs if run.run.get("info", {}).get("twin_of") == real.run_id]
-    return paired[-1] if paired else _latest_match(real, runs, TWIN_IGNORED, "backend", "sim")
+    if paired:
+        return paired[-1]
+    plain = [run for run in runs if "speed_matched_twin_of" not in run.run.get("info", {})]
+    return _latest_match(real, plain, TWIN_IGNORED, "backend", "sim")
+
+
+def speed_matched_twin(real: RunData, runs: list[RunData]) -> RunData | None:
+    """The latest run stored as the real run's twin at its measured speed (`workbench run
+    --backend both --speed-matched`, its `info.speed_matched_twin_of`)."""
+    matched = [r for r in runs if r.run.get("info", {}).get("speed_matched_twin_of") == real.run_id]
+    return matched[-1] if matched else None
 
 
 def twin_is_calibrated(twin: RunData) -> bool:

@@ -76,8 +76,10 @@ def _walls_ms(run: RunData, with_prefill: bool | None) -> np.ndarray:
     return chosen * 1000.0
 
 
-def error_table(real: RunData, sim: RunData) -> Table:
+def error_table(real: RunData, sim: RunData, matched: RunData | None = None) -> Table:
+    """The pair's errors; matched: its speed-matched twin, whose errors get a column."""
     rows = []
+    extra = [] if matched is None else [dict(_matched_errors(real, matched))]
     for label, real_value, sim_value, decimals in error_rows(real, sim):
         rows.append(
             [
@@ -85,19 +87,46 @@ def error_table(real: RunData, sim: RunData) -> Table:
                 format_number(real_value, decimals) if decimals else _count(real_value),
                 format_number(sim_value, decimals) if decimals else _count(sim_value),
                 format_error(error(sim_value, real_value)),
+                *(errors[label] for errors in extra),
             ]
         )
     cost = sim.config.get("cost_model", {})
     profile = cost.get("profile") or cost.get("profile_csv")
     priced = f"the {sim.cost_model} cost model" + (f" (profile {profile})" if profile else "")
+    matched_header = [] if matched is None else [f"Error at the run's speed ({matched.run_id})"]
     return Table(
         title=f"Simulator vs real: {pair_name(real)}",
-        headers=["Metric", f"Real ({real.run_id})", f"Sim ({sim.run_id})", "Error"],
+        headers=[
+            "Metric",
+            f"Real ({real.run_id})",
+            f"Sim ({sim.run_id})",
+            "Error",
+            *matched_header,
+        ],
         rows=rows,
         note=f"Sim priced by {priced}. Error = sim / real − 1. Step wall time: from the end "
         "of the previous step to the end of this one, for steps that followed it back to "
         "back (scheduling and bookkeeping included); the real engine's recorded step "
-        "duration holds its forwards only." + "".join(f" {d}." for d in _drift_lines(sim)),
+        "duration holds its forwards only."
+        + "".join(f" {d}." for d in _drift_lines(sim))
+        + ("" if matched is None else f" {speed_matched_label(matched)}."),
+    )
+
+
+def _matched_errors(real: RunData, matched: RunData) -> list[tuple[str, str]]:
+    return [
+        (label, format_error(error(value, real_value)))
+        for label, real_value, value, _ in error_rows(real, matched)
+    ]
+
+
+def speed_matched_label(matched: RunData) -> str:
+    scale = matched.config.get("cost_model", {}).get("price_scale", 1.0)
+    return (
+        f"At the run's speed: the twin again with every price × {scale:.4f}, the real run's "
+        "summed step wall times over the twin's prices of those steps (a diagnostic that "
+        "reads the machine's speed from the run itself: what is left is the model's and the "
+        "dynamics' error, not the check's)"
     )
 
 
@@ -136,11 +165,26 @@ def pair_error_text(store: ResultsStore, real_id: str, sim_id: str) -> str:
     """The error table of a stored pair as plain text (what `workbench run --backend both`
     prints after each pair)."""
     real, sim = collect_run(store, real_id), collect_run(store, sim_id)
+    return "\n".join([*_error_lines(real, sim, "sim vs real"), *_drift_lines(sim)])
+
+
+def speed_matched_text(store: ResultsStore, real_id: str, matched_id: str | None) -> str:
+    """The speed-matched twin's error table as plain text (`--speed-matched`), or why there
+    is none."""
+    if matched_id is None:
+        return "no twin at the run's speed: the real run's own steps were not priced"
+    real, matched = collect_run(store, real_id), collect_run(store, matched_id)
+    return "\n".join(
+        [*_error_lines(real, matched, "at the run's speed"), speed_matched_label(matched)]
+    )
+
+
+def _error_lines(real: RunData, sim: RunData, title: str) -> list[str]:
     rows = [
         (label, _text(rv, decimals), _text(sv, decimals), format_error(error(sv, rv)))
         for label, rv, sv, decimals in error_rows(real, sim)
     ]
-    headers = ("sim vs real", f"real {real_id}", f"sim {sim_id}", "error")
+    headers = (title, f"real {real.run_id}", f"sim {sim.run_id}", "error")
     widths = [max(len(str(row[i])) for row in (headers, *rows)) for i in range(4)]
     lines = [
         "  ".join(
@@ -149,7 +193,7 @@ def pair_error_text(store: ResultsStore, real_id: str, sim_id: str) -> str:
         )
         for row in (headers, *rows)
     ]
-    return "\n".join([*lines, *_drift_lines(sim)])
+    return lines
 
 
 def _text(value: float | None, decimals: int) -> str:

@@ -94,5 +94,30 @@ def test_a_twin_that_cannot_price_the_real_steps_says_why(tmp_path: Path) -> Non
         idle_before_s=0.0,
     )  # fmt: skip
     with ResultsStore.open(tmp_path / "empty.duckdb") as store:
-        text = _step_prices(sim, store, [point])
-    assert text.startswith("not priced (WorkbenchError: ") and "absent" in text
+        prices = _step_prices(sim, store, [point])
+        assert _step_prices(sim, store, []) is None  # nothing measured, nothing to say
+    assert prices is not None and prices.scale is None  # no speed-matched twin from it
+    assert prices.text.startswith("not priced (WorkbenchError: ") and "absent" in prices.text
+
+
+def test_a_speed_matched_twin_is_shown_beside_the_pair_never_as_the_twin(
+    pair_store: ResultsStore,
+) -> None:
+    from reports.matching import simulator_twin, speed_matched_twin
+    from reports.sim_vs_real import error_table
+
+    cost = {"kind": "calibrated", "profile": "p1", "price_scale": 0.9091}
+    matched = make_meta("fast1", backend="sim", config=CONFIG | {"cost_model": cost})
+    pair_store.write_run(matched, _records(1.0, {"speed_matched_twin_of": "real1"}))
+    alone = make_meta("real2", backend="real", config=CONFIG)  # a real run without a pair
+    pair_store.write_run(alone, _records(1.0, {"device": "cpu"}))
+    runs = [collect_run(pair_store, r) for r in ("real1", "sim1", "fast1", "real2")]
+    real1, real2 = runs[0], runs[3]
+    assert simulator_twin(real1, runs).run_id == "sim1"
+    assert speed_matched_twin(real1, runs).run_id == "fast1"
+    assert simulator_twin(real2, runs).run_id == "sim1"  # the plain twin of the same config
+    table = error_table(real1, runs[1], runs[2])
+    assert table.headers[-1] == "Error at the run's speed (fast1)"
+    errors = {row[0]: row[-2:] for row in table.rows}
+    assert errors["TTFT median (ms)"] == ["+10.0%", "+0.0%"]
+    assert "every price × 0.9091" in table.note

@@ -55,7 +55,7 @@ def test_both_backends_run_as_a_pair_with_an_error_table(
     real_config, sim_config = json.loads(real["config_json"]), json.loads(sim["config_json"])
     assert sim_config["cost_model"] == {
         "kind": "calibrated", "profile": profile.profile_id, "profile_csv": None,
-        "allow_other_device": False,
+        "allow_other_device": False, "price_scale": 1.0,
     }  # fmt: skip
     # The same KV budget on both: the real backend's own sizing, made explicit.
     blocks = real_config["scheduler"]["kv_cache"]["num_blocks"]
@@ -68,6 +68,41 @@ def test_both_backends_run_as_a_pair_with_an_error_table(
     report = (out_dir / "report.md").read_text()
     assert "Simulator vs real: " in report and f"Sim ({sim['run_id']})" in report
     assert (out_dir / f"twin_cdf_{real['run_id']}.png").is_file()
+
+
+def test_a_twin_at_the_real_runs_speed_is_stored_beside_the_pair(
+    tiny_zoo: Path, tmp_path: Path, capsys
+) -> None:
+    db = tmp_path / "matched.duckdb"
+    calibrate = ["calibrate", "--model", "tiny", "--zoo-dir", str(tiny_zoo), "--grid", "test"]
+    assert main([*calibrate, "--db", str(db), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main([*_run_both(db, tiny_zoo), "--speed-matched"]) == 0
+    out = capsys.readouterr().out
+    assert "at the run's speed" in out and "every price ×" in out
+    with ResultsStore.open(db, read_only=True) as store:
+        real, sim, matched = store.list_runs()
+    assert (
+        matched["backend"] == "sim" and matched["info"]["speed_matched_twin_of"] == real["run_id"]
+    )
+    assert "twin_of" not in matched["info"]  # the pair's twin stays the plain one
+    sim_cost = json.loads(sim["config_json"])["cost_model"]
+    matched_cost = json.loads(matched["config_json"])["cost_model"]
+    scale = matched_cost.pop("price_scale")
+    assert sim_cost.pop("price_scale") == 1.0 and matched_cost == sim_cost
+    assert scale > 0 and scale != 1.0  # measured, so never exactly the calibration's speed
+    out_dir = tmp_path / "report"
+    assert main(["report", "--db", str(db), "--out", str(out_dir)]) == 0
+    report = (out_dir / "report.md").read_text()
+    assert f"Error at the run's speed ({matched['run_id']})" in report
+    assert f"every price × {scale:.4f}" in report
+
+
+def test_speed_matching_needs_both_backends(tmp_path: Path, capsys) -> None:
+    args = ["run", str(SCENARIO), "--backend", "sim", "--speed-matched"]
+    assert main([*args, "--db", str(tmp_path / "x.duckdb")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--speed-matched" in err
 
 
 def test_without_a_profile_nothing_runs(tiny_zoo: Path, tmp_path: Path, capsys) -> None:

@@ -51,6 +51,13 @@ def _parser() -> argparse.ArgumentParser:
         help="--backend both: the calibration profile pricing the twin (name or id; default "
         "the latest of the scenario's model, device and dtype)",
     )
+    run.add_argument(
+        "--speed-matched",
+        action="store_true",
+        help="--backend both: also simulate each point at the real run's measured speed (every "
+        "price times the run's wall times over their prices), to tell the machine's drift "
+        "from the model's error",
+    )
     run.add_argument("--db", default=DEFAULT_DB, help=f"results database (default {DEFAULT_DB})")
     run.add_argument("--json", action="store_true", help="print the summary as JSON only")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -241,6 +248,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     if args.profile and args.backend != "both":
         raise WorkbenchError("--profile prices the twin of --backend both", field="--profile")
+    if args.speed_matched and args.backend != "both":
+        raise WorkbenchError(
+            "--speed-matched scales the twin of --backend both", field="--speed-matched"
+        )
     with ResultsStore.open(args.db) as store:
         if args.backend == "both":
             _run_twins(args, scenario, store, progress, show, percentiles)
@@ -266,15 +277,20 @@ def _run_twins(
     def show_pair(pair: Any) -> None:
         show(pair.real)
         show(pair.sim)
+        if pair.speed_matched is not None:
+            show(pair.speed_matched)
         if not args.json:
-            from reports.sim_vs_real import pair_error_text
+            from reports.sim_vs_real import pair_error_text, speed_matched_text
 
             print(pair_error_text(store, pair.real.run_id, pair.sim.run_id), flush=True)
+            if args.speed_matched:
+                matched = pair.speed_matched.run_id if pair.speed_matched else None
+                print(speed_matched_text(store, pair.real.run_id, matched), flush=True)
 
     run_twins(
         scenario, store, source=args.file, profile=args.profile, progress=progress,
-        on_outcome=show_pair, label=args.label,
-        percentiles=percentiles,
+        on_outcome=show_pair, label=args.label, percentiles=percentiles,
+        speed_matched=args.speed_matched,
     )  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import subprocess
 import time
@@ -183,13 +184,16 @@ def run_point(
 
 @dataclass
 class TwinOutcome:
-    """One sweep point run on both backends: the real run and its simulated twin."""
+    """One sweep point run on both backends: the real run and its simulated twin, and with
+    `--speed-matched` the twin again at the real run's measured speed."""
 
     real: RunOutcome
     sim: RunOutcome
+    speed_matched: RunOutcome | None = None
 
 
 TwinHandler = Callable[[TwinOutcome], None]
+PointRunner = Callable[..., RunOutcome]  # run_point with the sweep's settings bound
 
 
 def run_twins(
@@ -202,6 +206,7 @@ def run_twins(
     on_outcome: TwinHandler | None = None,
     label: str | None = None,
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
+    speed_matched: bool = False,
 ) -> list[TwinOutcome]:
     """`workbench run --backend both`: each point on the real backend, then on the
     simulator with a calibrated cost model, stored as a pair (the simulated run's
@@ -210,39 +215,65 @@ def run_twins(
 
     profile: the profile to price the simulated run with (a name or id in `store`); default
     the scenario's own calibrated cost model, else the latest complete profile of the
-    scenario's model, device and dtype."""
+    scenario's model, device and dtype.
+    speed_matched: also simulate the point with every price scaled to the real run's
+    measured speed (`served_price_scale`), stored with `info.speed_matched_twin_of`: a
+    diagnostic that reads the machine's speed from the real run, so not the check itself."""
     points = expand(scenario, source=source)
     outcomes = []
     for index, point in enumerate(points, start=1):
+        run = functools.partial(
+            run_point, store=store, progress=progress, label=label, percentiles=percentiles,
+            position=(index, len(points)),
+        )  # fmt: skip
         try:
-            real, sim = twin_scenarios(point.scenario, store, profile)
-            _preflight_point(sim, store)  # a bad profile fails before the real run
-            position = (index, len(points))
-            drift = _drift_probe(sim, store)
-            before = drift.measure_or_why() if drift is not None else []
-            real_run = run_point(
-                SweepPoint(point.values, real), store, progress=progress, label=label,
-                percentiles=percentiles, position=position, measure_steps=True,
-            )  # fmt: skip
-            info = {"twin_of": real_run.run_id}
-            if drift is not None:
-                info["machine_drift"] = drift.describe(before, drift.measure_or_why())
-            if real_run.served_steps:
-                info["step_prices"] = _step_prices(sim, store, real_run.served_steps)
-                real_run.served_steps = None  # priced: a long sweep need not keep them
-            sim_run = run_point(
-                SweepPoint(point.values, sim), store, progress=progress, label=label,
-                percentiles=percentiles, position=position, info=info,
-            )  # fmt: skip
+            outcome = _run_twin(point, store, profile, run, speed_matched)
         except WorkbenchError as error:
             raise error.with_source(point_source(source, point.values)) from None
-        outcome = TwinOutcome(real_run, sim_run)
-        for run in (real_run, sim_run):
-            run.index, run.total = index, len(points)
+        for each in (outcome.real, outcome.sim, outcome.speed_matched):
+            if each is not None:
+                each.index, each.total = index, len(points)
         outcomes.append(outcome)
         if on_outcome is not None:
             on_outcome(outcome)
     return outcomes
+
+
+def _run_twin(
+    point: SweepPoint,
+    store: ResultsStore,
+    profile: str | None,
+    run: PointRunner,
+    speed_matched: bool,
+) -> TwinOutcome:
+    real, sim = twin_scenarios(point.scenario, store, profile)
+    _preflight_point(sim, store)  # a bad profile fails before the real run
+    drift = _drift_probe(sim, store)
+    before = drift.measure_or_why() if drift is not None else []
+    real_run = run(SweepPoint(point.values, real), measure_steps=True)
+    info = {"twin_of": real_run.run_id}
+    if drift is not None:
+        info["machine_drift"] = drift.describe(before, drift.measure_or_why())
+    prices = _step_prices(sim, store, real_run.served_steps or [])
+    real_run.served_steps = None  # priced: a long sweep need not keep them
+    if prices is not None:
+        info["step_prices"] = prices.text
+    sim_run = run(SweepPoint(point.values, sim), info=info)
+    matched = None
+    if speed_matched and prices is not None and prices.scale is not None:
+        matched = run(
+            SweepPoint(point.values, _at_price_scale(sim, prices.scale)),
+            info={"speed_matched_twin_of": real_run.run_id},
+        )
+    return TwinOutcome(real_run, sim_run, matched)
+
+
+def _at_price_scale(sim: Scenario, scale: float) -> Scenario:
+    """The twin with every price times `scale` (four decimals: a tenth of a per mille)."""
+    cost = sim.cost_model
+    assert isinstance(cost, CalibratedCostConfig)  # twin_scenarios prices every twin so
+    scaled = cost.model_copy(update={"price_scale": round(scale, 4)})
+    return sim.model_copy(update={"cost_model": scaled})
 
 
 def twin_scenarios(
@@ -329,19 +360,35 @@ def _check_device_name(profile: Profile, here: str, source: str) -> None:
         )
 
 
-def _step_prices(sim: Scenario, store: ResultsStore, steps: list[ProfilePoint]) -> str:
+class StepPrices(NamedTuple):
+    """The twin's prices of a real run's own steps: the line for the pair's table, and the
+    price scale that makes them add up to the run's wall times (None: not priced)."""
+
+    text: str
+    scale: float | None
+
+
+def _step_prices(
+    sim: Scenario, store: ResultsStore, steps: list[ProfilePoint]
+) -> StepPrices | None:
     """The twin's price of each step the real run ran, against its wall time, or why it
     could not be priced: the line only informs the error table, so a failure is recorded in
-    it, never left to orphan the stored real run."""
-    from simulator.cost_models.calibrated import CalibratedCostModel, served_errors_text
+    it, never left to orphan the stored real run. None: no steps were measured."""
+    from simulator.cost_models.calibrated import (
+        CalibratedCostModel,
+        served_errors_text,
+        served_price_scale,
+    )
     from simulator.cost_models.factory import build_cost_model
 
+    if not steps:
+        return None
     try:
         model = build_cost_model(with_model_source(sim), store)
         assert isinstance(model, CalibratedCostModel), "a twin is priced by its profile"
-        return served_errors_text(model, steps)
+        return StepPrices(served_errors_text(model, steps), served_price_scale(model, steps))
     except Exception as e:  # recorded in the run's info, not hidden
-        return f"not priced ({type(e).__name__}: {e})"
+        return StepPrices(f"not priced ({type(e).__name__}: {e})", None)
 
 
 def _drift_probe(sim: Scenario, store: ResultsStore) -> DriftProbe | None:

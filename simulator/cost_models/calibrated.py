@@ -110,28 +110,38 @@ def pads_decode_attention(profile: Profile) -> bool:
 
 
 class CalibratedCostModel(SplitCostModel):
-    def __init__(self, fit: StepCostFit, profile: Profile | None = None) -> None:
+    """The fit's prices, each times `price_scale` (the machine's speed against its
+    calibration's: `CalibratedCostConfig.price_scale`)."""
+
+    def __init__(
+        self, fit: StepCostFit, profile: Profile | None = None, price_scale: float = 1.0
+    ) -> None:
         self.fit = fit
         self.profile = profile
+        self.price_scale = price_scale
         self._terms = fit.terms
 
     def wake_s(self, idle_s: float) -> float:
-        return self.fit.wake_s(idle_s)
+        return self.price_scale * self.fit.wake_s(idle_s)
 
     @property
     def after_prefill_steps(self) -> int:
         return self.fit.after_prefill_steps
 
     def after_prefill_s(self, prefill_tokens: int, steps_after: int) -> float:
-        return self.fit.after_prefill_s(prefill_tokens, steps_after)
+        return self.price_scale * self.fit.after_prefill_s(prefill_tokens, steps_after)
 
     def _decode_times_s(
         self, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
     ) -> np.ndarray:
         base = self.fit.at("decode", float(batch_size))
-        return base + self.fit.context_s("decode", batch_size, context_sums, context_maxes)
+        context = self.fit.context_s("decode", batch_size, context_sums, context_maxes)
+        return self.price_scale * (base + context)
 
     def _mixed_time_s(self, work: StepWork) -> float:
+        return self.price_scale * self._fitted_mixed_s(work)
+
+    def _fitted_mixed_s(self, work: StepWork) -> float:
         seconds = 0.0
         if work.decode_batch_size:
             curve = "verify" if work.decode_extra_tokens else "decode"
@@ -168,7 +178,7 @@ def build_calibrated(
     check_profile(profile, scenario, model, cfg)
     fit = fit_profile(points, profile)
     check_kinds(fit, scenario, _profile_source(cfg, store))
-    return CalibratedCostModel(fit, profile)
+    return CalibratedCostModel(fit, profile, cfg.price_scale)
 
 
 def load_profile(
@@ -360,6 +370,13 @@ def served_errors_text(model: CalibratedCostModel, points: list[ProfilePoint]) -
         f"{name} {100 * (total - 1):+.1f}% (median |error| {100 * median:.1f}%, {n:,} steps)"
         for name, (n, median, _p90, total) in served_errors(model, points).items()
     )
+
+
+def served_price_scale(model: CalibratedCostModel, points: list[ProfilePoint]) -> float:
+    """The `price_scale` whose prices of a served run's own steps add up to their wall times:
+    the machine's speed during the run against its calibration's, read from the run itself."""
+    measured = sum(point.step_s for point in points)
+    return model.price_scale * float(measured / predicted_s(model, points).sum())
 
 
 def _errors_by(

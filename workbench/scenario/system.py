@@ -178,6 +178,15 @@ class CalibratedCostConfig(StrictModel):
         description="Price the scenario with a profile measured on another device or dtype "
         "than its own (a what-if). Off: such a profile is refused.",
     )
+    price_scale: float = Field(
+        default=1.0,
+        gt=0.0,
+        le=100.0,
+        description="Every step price times this: the machine's speed against its "
+        "calibration's (above 1 a slower machine; `--backend both --speed-matched` sets it to "
+        "a real run's summed step wall times over the twin's prices of those steps). 1 "
+        "prices the machine as it was calibrated.",
+    )
 
     @model_validator(mode="after")
     def _one_profile(self) -> CalibratedCostConfig:
