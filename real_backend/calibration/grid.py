@@ -125,7 +125,9 @@ def _standard() -> Grid:
         for batch in (1, 8, 32):
             name = f"verify-w{width}-b{batch}"
             probes.append(Probe(name, batch, (64, 64), (24, 24), batch, width=width))
-    for idle_ms in (1, 4, 16, 64):  # waking saturates within tens of ms on the CPUs here
+    # Waking saturated within tens of ms on an AMD machine; on an Intel VM it steps up
+    # between 50 and 75 ms of idle and keeps rising past 250 ms, gaps a light load has.
+    for idle_ms in (1, 4, 16, 32, 64, 128, 256, 512):
         probes.append(_idle_probe(idle_ms, 6))
     warmup = Probe("warmup", 8, (16, 128), (8, 32), 8, 8)
     description = "decode, prefill, chunked, mixed, verify and idle probes, three passes"
