@@ -28,7 +28,7 @@ SHORT_NAMES = {
     "backend": "",
     "model.name": "",
     "cost_model.kind": "cost",
-    "cost_model.price_scale": "price ×",
+    "cost_model.price_scale": "price scale",
     "scheduler.kind": "",
     "decoder.kind": "",
 }
