@@ -107,9 +107,7 @@ class Grid:
 
 def _standard() -> Grid:
     probes: list[Probe] = []
-    # Three times the powers of two as well: on an Intel CPU a decode of 3 or 6 sequences
-    # costs 6-8 % under the line between its powers of two (the decode curve has knots there).
-    for batch in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64):
+    for batch in (1, 2, 4, 8, 16, 32, 64):
         for prompt in (32, 384):
             probes.append(
                 Probe(f"decode-b{batch}-p{prompt}", batch, (prompt,) * 2, (48, 48), batch)

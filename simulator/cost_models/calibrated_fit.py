@@ -223,10 +223,7 @@ class _Columns:
         idle_ms: np.ndarray,
         after: AfterPrefill,
     ) -> _Columns:
-        knots = {
-            name: _knots(_curve_tokens(works, name), thirds=name == "decode")
-            for name in _curves_needed(kinds)
-        }
+        knots = {name: _knots(_curve_tokens(works, name)) for name in _curves_needed(kinds)}
         if not padded_decode:
             knots |= _spread_knots(works)
         if (idle_ms > 0).any():
@@ -294,17 +291,13 @@ def _curve_tokens(works: list[StepWork], curve: str) -> list[float]:
     return tokens
 
 
-def _knots(tokens: list[float], thirds: bool = False) -> np.ndarray:
+def _knots(tokens: list[float]) -> np.ndarray:
     """Powers of two between the smallest and the largest token count measured (those two
-    included), and with `thirds` three times the powers of two as well (3, 6, 12, ...: the
-    decode curve, whose matrix kernels on an Intel CPU run 3 or 6 rows 6-8 % under the line
-    between the powers of two), keeping only knots some measured count lies next to: a knot
-    with no point on either side of it would be a free parameter."""
+    included), keeping only knots some measured count lies next to: a knot with no point
+    on either side of it would be a free parameter."""
     measured = np.asarray(tokens, dtype=np.float64)
     low, high = float(measured.min()), float(measured.max())
-    powers = 2.0 ** np.arange(np.ceil(np.log2(low)) - 1.0, np.floor(np.log2(high)) + 1.0)
-    inner = np.concatenate([powers, 3.0 * powers]) if thirds else powers
-    inner = inner[(inner >= low) & (inner <= high)]
+    inner = 2.0 ** np.arange(np.ceil(np.log2(low)), np.floor(np.log2(high)) + 1.0)
     knots = np.unique(np.concatenate([[low], inner, [high]]))
     while len(knots) > 2:
         support = _hat_basis(knots, measured).sum(axis=0)  # (k,)
