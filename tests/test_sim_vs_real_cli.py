@@ -27,15 +27,20 @@ def _run_both(db: Path, zoo: Path) -> list[str]:
     return ["run", str(SCENARIO), "--backend", "both", "--db", str(db), "--no-progress", *sets]
 
 
+def _calibrate_then_run_both(db: Path, zoo: Path, capsys, *flags: str) -> str:
+    """`workbench calibrate` (the test grid) then `run --backend both`: what the run printed."""
+    calibrate = ["calibrate", "--model", "tiny", "--zoo-dir", str(zoo), "--grid", "test"]
+    assert main([*calibrate, "--db", str(db), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main([*_run_both(db, zoo), *flags]) == 0
+    return capsys.readouterr().out
+
+
 def test_both_backends_run_as_a_pair_with_an_error_table(
     tiny_zoo: Path, tmp_path: Path, capsys
 ) -> None:
     db = tmp_path / "both.duckdb"
-    calibrate = ["calibrate", "--model", "tiny", "--zoo-dir", str(tiny_zoo), "--grid", "test"]
-    assert main([*calibrate, "--db", str(db), "--no-progress"]) == 0
-    capsys.readouterr()
-    assert main(_run_both(db, tiny_zoo)) == 0
-    out = capsys.readouterr().out
+    out = _calibrate_then_run_both(db, tiny_zoo, capsys)
     assert "sim vs real" in out and "TTFT median (ms)" in out and "Step wall mean" in out
     with ResultsStore.open(db, read_only=True) as store:
         real, sim = store.list_runs()
@@ -74,11 +79,7 @@ def test_a_twin_at_the_real_runs_speed_is_stored_beside_the_pair(
     tiny_zoo: Path, tmp_path: Path, capsys
 ) -> None:
     db = tmp_path / "matched.duckdb"
-    calibrate = ["calibrate", "--model", "tiny", "--zoo-dir", str(tiny_zoo), "--grid", "test"]
-    assert main([*calibrate, "--db", str(db), "--no-progress"]) == 0
-    capsys.readouterr()
-    assert main([*_run_both(db, tiny_zoo), "--speed-matched"]) == 0
-    out = capsys.readouterr().out
+    out = _calibrate_then_run_both(db, tiny_zoo, capsys, "--speed-matched")
     assert "at the run's speed" in out and "every price ×" in out
     with ResultsStore.open(db, read_only=True) as store:
         real, sim, matched = store.list_runs()
