@@ -497,6 +497,16 @@ def _solve(
 
 
 def non_negative_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """argmin ||a x − b|| over x ≥ 0, solved on columns scaled to unit norm. Relative to the
+    step, a price per key and one per step differ by 10^4 and their columns the other way
+    round; unscaled, the solver's tolerance (set by the largest entry) took a key's price for
+    0 whenever a parameter left the active set, and the fit collapsed."""
+    norms = np.linalg.norm(a, axis=0)  # (params,)
+    norms[norms == 0.0] = 1.0
+    return _lawson_hanson(a / norms, b) / norms
+
+
+def _lawson_hanson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """argmin ||a x − b|| over x ≥ 0 (Lawson and Hanson's active-set method)."""
     columns = a.shape[1]
     x = np.zeros(columns)
