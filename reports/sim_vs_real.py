@@ -131,16 +131,24 @@ def speed_matched_label(matched: RunData) -> str:
 
 
 def _drift_lines(sim: RunData) -> list[str]:
-    """The machine's drift since calibration and the twin's price of the real run's own
-    steps, where `--backend both` measured them."""
+    """The calibration's own repeatability, the machine's drift since calibration and the
+    twin's price of the real run's own steps, where `--backend both` measured them."""
     info = sim.run.get("info", {})
     return [
         f"{label}: {info[key]}"
-        for key, label in (("machine_drift", DRIFT_LABEL), ("step_prices", STEP_PRICES_LABEL))
+        for key, label in (
+            ("calibration_repeatability", REPEATABILITY_LABEL),
+            ("machine_drift", DRIFT_LABEL),
+            ("step_prices", STEP_PRICES_LABEL),
+        )
         if info.get(key)
     ]
 
 
+REPEATABILITY_LABEL = (
+    "The machine against itself during calibration (a twin cannot be expected closer to a "
+    "real run than the same steps served again)"
+)
 DRIFT_LABEL = (
     "Machine drift since calibration (two of the profile's probes served again around the "
     "run, median step time against the profile's: a reading of two probes, which can differ "

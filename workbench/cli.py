@@ -17,6 +17,7 @@ from workbench.errors import WorkbenchError, needs_real_extra
 
 if TYPE_CHECKING:
     from simulator.cost_models.calibrated import CalibratedCostModel
+    from workbench.store.profiles import ProfilePoint
 
 DEFAULT_DB = "workbench.duckdb"
 
@@ -395,6 +396,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                 f"  sum {100 * (total - 1):+5.1f}%"
             )
         _print_fit_terms(model)
+        _print_repeatability(points)
         print(f"use it with: cost_model: {{kind: calibrated, profile: {profile.name}}}")
         if args.csv:
             print(f"csv: {store.export_profile_csv(profile.profile_id, Path(args.csv))}")
@@ -421,6 +423,16 @@ def _print_fit_terms(model: CalibratedCostModel) -> None:
         knots = fit.curves["wake"].knots
         wakes = ", ".join(f"{k:.3g} ms +{1e3 * model.wake_s(k / 1e3):.2f} ms" for k in knots)
         print(f"  waking an idle engine: {wakes}")
+
+
+def _print_repeatability(points: list[ProfilePoint]) -> None:
+    """The machine against itself, the floor under any sim-vs-real check on it."""
+    from workbench.store.repeatability import pass_spread
+
+    spread = pass_spread(points)
+    if spread is not None:
+        print(f"  the machine repeating itself: {spread.describe()}; a twin cannot be "
+              "expected closer to a real run than that")  # fmt: skip
 
 
 class _CalibrationBar:

@@ -134,7 +134,8 @@ def run_point(
 ) -> RunOutcome:
     """Run one point and store it whole; position: (index from 1, points in the sweep).
     info: entries for the run's info (`--backend both`: `twin_of`, the real run this
-    simulated run reproduces, `machine_drift` and `step_prices`).
+    simulated run reproduces, `calibration_repeatability`, `machine_drift` and
+    `step_prices`).
     measure_steps: a real run's steps kept in the outcome as calibration points."""
     scenario = point.scenario
     display = (
@@ -258,6 +259,9 @@ def _run_twin(
     real_run.served_steps = None  # priced: a long sweep need not keep them
     if prices is not None:
         info["step_prices"] = prices.text
+    repeatability = _calibration_repeatability(sim, store)
+    if repeatability is not None:
+        info["calibration_repeatability"] = repeatability
     sim_run = run(SweepPoint(point.values, sim), info=info)
     matched = None
     if speed_matched and prices is not None and prices.scale is not None:
@@ -389,6 +393,18 @@ def _step_prices(
         return StepPrices(served_errors_text(model, steps), served_price_scale(model, steps))
     except Exception as e:  # recorded in the run's info, not hidden
         return StepPrices(f"not priced ({type(e).__name__}: {e})", None)
+
+
+def _calibration_repeatability(sim: Scenario, store: ResultsStore) -> str | None:
+    """How far the twin's calibration ran apart from itself, pass against pass (None: its
+    profile repeats no probe)."""
+    from simulator.cost_models.calibrated import load_profile
+    from workbench.store.repeatability import pass_spread
+
+    cost = sim.cost_model
+    assert isinstance(cost, CalibratedCostConfig)  # twin_scenarios prices every twin so
+    spread = pass_spread(load_profile(cost, store)[1])
+    return None if spread is None else spread.describe()
 
 
 def _drift_probe(sim: Scenario, store: ResultsStore) -> DriftProbe | None:
