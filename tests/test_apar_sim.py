@@ -137,7 +137,6 @@ def test_records_and_summary_survive_the_store(tmp_path) -> None:
     ("override", "message"),
     [
         ("decoder.max_depth=0", "decoder.max_depth"),
-        ("decoder.trees.max_children=64", "max_branches"),
         ("decoder.calibrate_from=nope", "calibrate_from"),
         ("scheduler={kind: static, batch_size: 4}", "continuous"),
     ],

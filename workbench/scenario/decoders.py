@@ -441,15 +441,6 @@ class AparDecoderConfig(SamplingConfig):
         "from `acceptance`.",
     )
 
-    @model_validator(mode="after")
-    def _children_fit(self) -> AparDecoderConfig:
-        if self.forks and self.trees.max_children > self.max_branches - 1:
-            raise ValueError(
-                f"trees.max_children ({self.trees.max_children}) must stay below max_branches "
-                f"({self.max_branches}): the root is a live branch too"
-            )
-        return self
-
     @property
     def forks(self) -> bool:
         """Whether anything may fork (a root may fork only below max_depth)."""
