@@ -146,8 +146,9 @@ def _drift_lines(sim: RunData) -> list[str]:
 
 
 REPEATABILITY_LABEL = (
-    "The machine against itself during calibration (a twin cannot be expected closer to a "
-    "real run than the same steps served again)"
+    "The calibration's machine against itself (the same steps served again in the "
+    "calibration's passes; the one real run a twin is checked against carries noise of this "
+    "kind)"
 )
 DRIFT_LABEL = (
     "Machine drift since calibration (two of the profile's probes served again around the "

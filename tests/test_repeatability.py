@@ -28,13 +28,13 @@ def passes(name: str, scales: tuple[float, ...]) -> list[ProfilePoint]:
     return points
 
 
-def test_the_spread_is_longest_less_shortest_pass_over_the_median() -> None:
+def test_the_spread_is_each_passs_distance_from_its_median_pass_weighted_by_time() -> None:
     spread = pass_spread(passes("a", (1.0, 1.1, 0.9)) + passes("b", (1.0, 1.0, 1.4, 1.2)))
-    assert spread is not None and spread.probes == 2
-    # a: (1.1 − 0.9) / 1.0 = 0.2; b: (1.4 − 1.0) / 1.1 (median of four)
-    assert spread.median == pytest.approx((0.2 + 0.4 / 1.1) / 2)
-    assert spread.p90 == pytest.approx(0.2 + 0.9 * (0.4 / 1.1 - 0.2))
-    assert "spread by 28.2 %" in spread.describe() and "over 2 probes" in spread.describe()
+    assert spread is not None and (spread.probes, spread.passes) == (2, 7)
+    # a: 0, 0.1, 0.1 at weight 1 each; b (median 1.1): 1/11, 1/11, 3/11, 1/11 at weight 1.1
+    assert spread.mean == pytest.approx((0.2 + 1.1 * 6 / 11) / (3 + 4 * 1.1))
+    assert spread.p90 == pytest.approx(3 / 11)  # the passes at or below 0.1 weigh 85 %
+    assert "by 10.8 %" in spread.describe() and "7 passes of 2 probes" in spread.describe()
 
 
 def test_only_probes_that_ran_the_same_steps_in_three_passes_count() -> None:
@@ -46,7 +46,7 @@ def test_only_probes_that_ran_the_same_steps_in_three_passes_count() -> None:
     ]
     assert pass_spread(two + other) is None
     kept = pass_spread(two + other + passes("same", (1.0, 1.0, 1.5)))
-    assert kept is not None and kept.probes == 1 and kept.median == pytest.approx(0.5)
+    assert kept is not None and kept.probes == 1 and kept.mean == pytest.approx(0.5 / 3)
 
 
 def test_a_twin_names_its_calibrations_spread(tmp_path) -> None:
@@ -59,7 +59,7 @@ def test_a_twin_names_its_calibrations_spread(tmp_path) -> None:
         scenario = load_scenario(QUICKSTART)
         cost = CalibratedCostConfig(kind="calibrated", profile=prof.profile_id)
         text = _calibration_repeatability(scenario.model_copy(update={"cost_model": cost}), store)
-    assert text is not None and "spread by 20.0 %" in text
+    assert text is not None and "by 6.7 %" in text
 
 
 def test_the_pairs_table_prints_it_first() -> None:
@@ -74,4 +74,4 @@ def test_calibrate_prints_it_where_probes_repeat(capsys) -> None:
     _print_repeatability(passes("a", (1.0, 1.1, 0.9)))
     _print_repeatability(passes("b", (1.0,)))  # one pass (the test grid's): nothing to say
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 1 and "the machine repeating itself" in out[0] and "20.0 %" in out[0]
+    assert len(out) == 1 and "the machine repeating itself" in out[0] and "6.7 %" in out[0]

@@ -431,8 +431,8 @@ def _print_repeatability(points: list[ProfilePoint]) -> None:
 
     spread = pass_spread(points)
     if spread is not None:
-        print(f"  the machine repeating itself: {spread.describe()}; a twin cannot be "
-              "expected closer to a real run than that")  # fmt: skip
+        print(f"  the machine repeating itself: {spread.describe()}; any one real run a "
+              "twin is checked against carries noise of this kind")  # fmt: skip
 
 
 class _CalibrationBar:

@@ -2,9 +2,9 @@
 
 A calibration serves each probe of its grid in several passes (`real_backend.calibration`),
 and a probe of fixed lengths whose requests arrive together runs the very same steps in
-every pass. The spread of those passes' summed step times is the machine's own noise over
-the calibration's minutes, read without any cost model: a twin priced by the profile cannot
-be expected to land closer to one real run than the machine lands to itself. Probes whose
+every pass. How far those passes' summed step times stray from each other is the machine's
+own noise over the calibration's minutes, read without any cost model: a twin priced by the
+profile is compared with one real run, which carries noise of that kind. Probes whose
 passes ran other steps (lengths drawn anew per pass; closed loops, where timing decides when
 a prompt joins) are left out.
 """
@@ -23,29 +23,45 @@ MIN_PASSES = 3  # fewer: no median pass to measure the others against
 
 @dataclass(frozen=True)
 class PassSpread:
-    """Over the probes that ran the same steps in every pass: the spread of a probe's pass
-    totals, (longest − shortest) / median pass, its median and 90th percentile."""
+    """Over the probes that ran the same steps in every pass: how far a pass's summed step
+    time strays from its probe's median pass, |pass / median − 1|, weighted by the probe's
+    time (a long probe is a better reading than a few steps): its mean and 90th percentile."""
 
     probes: int
-    median: float
+    passes: int
+    mean: float
     p90: float
 
     def describe(self) -> str:
         return (
-            f"a probe's passes, the same steps each, spread by {100 * self.median:.1f} % "
-            f"((longest − shortest) / median pass; median over {self.probes} probes, p90 "
-            f"{100 * self.p90:.1f} %)"
+            f"a pass strayed from its probe's median pass by {100 * self.mean:.1f} % "
+            f"(time-weighted mean of |pass / median − 1| over {self.passes} passes of "
+            f"{self.probes} probes that ran the same steps in each; p90 {100 * self.p90:.1f} %)"
         )
 
 
 def pass_spread(points: Iterable[ProfilePoint]) -> PassSpread | None:
     """The profile's pass-to-pass spread, or None where no probe ran the same steps in
     MIN_PASSES passes or more."""
-    spreads = [_spread(passes) for passes in _passes_by_probe(points).values() if _repeats(passes)]
-    if not spreads:
+    deviations, weights = [], []
+    repeated = [p for p in _passes_by_probe(points).values() if _repeats(p)]
+    for passes in repeated:
+        totals = np.array([sum(p.step_s for p in steps) for steps in passes.values()])  # (k,)
+        middle = float(np.median(totals))
+        deviations += list(np.abs(totals / middle - 1.0))
+        weights += [middle] * len(totals)
+    if not deviations:
         return None
-    values = np.array(spreads)  # (probes,)
-    return PassSpread(len(values), float(np.median(values)), float(np.quantile(values, 0.9)))
+    values, w = np.array(deviations), np.array(weights)  # (passes,)
+    mean = float(np.average(values, weights=w))
+    return PassSpread(len(repeated), len(values), mean, _weighted_quantile(values, w, 0.9))
+
+
+def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The smallest value whose share of the weight at or below it reaches q."""
+    order = np.argsort(values)
+    cumulative = np.cumsum(weights[order]) / weights.sum()
+    return float(values[order][np.searchsorted(cumulative, q)])
 
 
 def _passes_by_probe(points: Iterable[ProfilePoint]) -> dict[str, dict[str, list[ProfilePoint]]]:
@@ -72,8 +88,3 @@ def _work(point: ProfilePoint) -> tuple[object, ...]:
         point.decode_context_sum,
         point.decode_extra_tokens,
     )
-
-
-def _spread(passes: dict[str, list[ProfilePoint]]) -> float:
-    totals = np.array([sum(p.step_s for p in steps) for steps in passes.values()])  # (passes,)
-    return float((totals.max() - totals.min()) / np.median(totals))
