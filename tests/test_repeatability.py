@@ -1,5 +1,6 @@
 """The calibrated machine against itself: a probe served in several passes runs the same
-steps, and the spread of the passes' totals is the floor under any sim-vs-real check."""
+steps, and how far the passes' totals stray from each other is noise that any one real run
+a twin is checked against carries too."""
 
 from __future__ import annotations
 

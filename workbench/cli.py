@@ -426,7 +426,7 @@ def _print_fit_terms(model: CalibratedCostModel) -> None:
 
 
 def _print_repeatability(points: list[ProfilePoint]) -> None:
-    """The machine against itself, the floor under any sim-vs-real check on it."""
+    """The machine against itself: the noise in any one real run a twin is checked against."""
     from workbench.store.repeatability import pass_spread
 
     spread = pass_spread(points)
