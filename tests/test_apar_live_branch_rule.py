@@ -34,6 +34,7 @@ def test_a_fork_that_finds_max_branches_live_writes_its_detail_inline() -> None:
 
 def test_where_the_rule_never_binds_the_tree_is_unchanged() -> None:
     assert with_live_branch_rule(TREE, max_branches=3) == TREE  # at most 2 live at a fork
+    assert with_live_branch_rule(TREE, max_branches=4) is TREE  # 3 children: never 4 live
     assert with_live_branch_rule(TREE, max_branches=1) == BranchTree.single(
         TREE.total_answer_tokens + 1, TREE.total_answer_tokens
     )  # nothing forks: the sequential answer

@@ -51,6 +51,8 @@ def with_live_branch_rule(tree: BranchTree, max_branches: int) -> BranchTree:
     written inline. The root emits its t-th token at step t, a child forked at f its own
     t-th at f + t, and a child is live from the step after its fork to the step of its EOS
     (ended after the step's choices, as `ForkRules.ended`)."""
+    if tree.branches <= max_branches:  # a fork finds at most its earlier siblings live
+        return tree
     kept: list[tuple[int, int, int]] = []  # (fork_at, tokens, answer_tokens) of each child
     root_tokens, root_answer, shift = tree.tokens[0], tree.answer_tokens[0], 0
     for child in sorted(range(1, tree.branches), key=lambda c: tree.fork_at[c]):
