@@ -25,7 +25,7 @@ import torch
 from real_backend.decoders.apar import AparDecoder, ForkChunk, branch_generator
 from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest
 from real_backend.decoders.vanilla import VanillaDecoder
-from real_backend.kv_cache import PagedKVCache
+from real_backend.kv_cache import PagedKVCache, SwappedBlocks
 from real_backend.model.transformer import SeqStep, Transformer
 from real_backend.model.warm_up import warm_up
 from real_backend.sampling import next_token, request_generator
@@ -92,6 +92,7 @@ class RealEngine:
         self.generators: dict[int, torch.Generator] = {}
         self.done: set[int] = set()  # request ids finished (static batches keep their slots)
         self.apar = decoder if isinstance(decoder, AparDecoder) else None
+        self._swapped: dict[int, SwappedBlocks] = {}  # request → its KV in host memory
 
     def serve(
         self,
@@ -189,6 +190,12 @@ class RealEngine:
             self._evict(seq, plan.step)
         for branch in plan.released:  # ended branches of a preempted request
             self._drop(branch)
+        for move in plan.swapped_out:  # a request with several branches, to host memory
+            self._swapped[move.owner] = self.cache.swap_out(move.branches)
+        for move in plan.swapped_in:
+            self.cache.swap_in(self._swapped.pop(move.owner))
+        for owner in plan.swap_dropped:  # recomputed instead
+            del self._swapped[owner]
         started_s = self._now()
         # Prompt tokens really computed (a static plan counts padding; the engine runs real ones).
         prefill_tokens = sum(len(self._chunk_ids(c)) for c in plan.prefills)

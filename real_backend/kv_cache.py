@@ -9,12 +9,18 @@ list only when no table holds it.
 
 Memory: ``k``/``v`` are ``(n_layers, num_blocks, block_size, n_kv_heads, head_dim)``; layer
 ``l``'s cache ``k[l]`` is what ``kernels.paged_attention`` takes.
+
+``swap_out`` moves a group of sequences (an APAR request's branches) to host memory, each
+shared block once, and frees their blocks; ``swap_in`` brings them back into fresh blocks
+with the same sharing, so nothing is recomputed.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
 
 import torch
 
@@ -27,6 +33,20 @@ SeqId = Hashable
 
 class OutOfBlocks(RuntimeError):
     """The pool has too few free blocks for the request; nothing was changed."""
+
+
+@dataclass(eq=False)  # tensors: compared by identity
+class SwappedBlocks:
+    """A group of sequences' blocks in host memory: each distinct block once."""
+
+    k: torch.Tensor  # (n_layers, n_blocks, block_size, n_kv_heads, head_dim), on the host
+    v: torch.Tensor  # (n_layers, n_blocks, block_size, n_kv_heads, head_dim)
+    tables: dict[SeqId, list[int]]  # per sequence, indices into the swapped blocks
+    lengths: dict[SeqId, int]
+
+    @property
+    def num_blocks(self) -> int:
+        return self.k.shape[1]
 
 
 class BlockAllocator:
@@ -86,6 +106,11 @@ class PagedKVCache:
     @property
     def n_layers(self) -> int:
         return self.k.shape[0]
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes one block takes over every layer, K and V."""
+        return 2 * self.k[:, 0].numel() * self.k.element_size()
 
     @property
     def num_free_blocks(self) -> int:
@@ -196,6 +221,53 @@ class PagedKVCache:
         for block in self.tables.pop(seq):
             self.allocator.decref(block)
         del self.lengths[seq]
+
+    def swap_out(self, seqs: Iterable[SeqId]) -> SwappedBlocks:
+        """Copy ``seqs``' blocks to host memory (a block they share, once) and free them there.
+
+        Their blocks must not be shared with any other sequence: they move as a whole.
+        """
+        seqs = list(seqs)
+        distinct = list(dict.fromkeys(b for s in seqs for b in self.tables[s]))
+        holders = {b: 0 for b in distinct}
+        for s in seqs:
+            for block in self.tables[s]:
+                holders[block] += 1
+        outside = [b for b in distinct if self.allocator.refcount[b] != holders[b]]
+        if outside:
+            raise ValueError(f"blocks {outside} are shared beyond the swapped sequences")
+        position = {b: i for i, b in enumerate(distinct)}
+        index = torch.tensor(distinct, dtype=torch.long, device=self.k.device)  # (n,)
+        swapped = SwappedBlocks(
+            k=self.k.index_select(1, index).to("cpu"),  # (L, n, bs, n_kv, hd)
+            v=self.v.index_select(1, index).to("cpu"),
+            tables={s: [position[b] for b in self.tables[s]] for s in seqs},
+            lengths={s: self.lengths[s] for s in seqs},
+        )
+        for s in seqs:
+            self.free(s)
+        return swapped
+
+    def swap_in(self, swapped: SwappedBlocks) -> None:
+        """Bring swapped sequences back into fresh blocks, shared as they were.
+        All-or-nothing: raises OutOfBlocks before any change."""
+        if swapped.num_blocks > self.allocator.num_free:
+            raise OutOfBlocks(
+                f"swapping in needs {swapped.num_blocks} blocks, {self.allocator.num_free} free"
+            )
+        clash = [s for s in swapped.tables if s in self.tables]
+        if clash:
+            raise ValueError(f"sequences {clash} already exist")
+        fresh = [self.allocator.allocate() for _ in range(swapped.num_blocks)]
+        index = torch.tensor(fresh, dtype=torch.long, device=self.k.device)  # (n,)
+        self.k.index_copy_(1, index, swapped.k.to(self.k.device))
+        self.v.index_copy_(1, index, swapped.v.to(self.v.device))
+        for s, table in swapped.tables.items():
+            self.tables[s] = [fresh[i] for i in table]
+            self.lengths[s] = swapped.lengths[s]
+        for block, holders in Counter(b for t in swapped.tables.values() for b in t).items():
+            for _ in range(holders - 1):
+                self.allocator.incref(fresh[block])
 
     # -- internals -------------------------------------------------------------------------
     def _check_private(self, seq: SeqId, start: int, positions: list[int]) -> None:

@@ -13,6 +13,7 @@ from kernels.dispatch import KernelChoice, KernelUnavailable
 from real_backend.calibration.probe_engine import ProfilingEngine, probe_points
 from real_backend.decoders.factory import build_decoder
 from real_backend.engine import RealEngine, ServeOptions
+from real_backend.kv_cache import PagedKVCache
 from real_backend.model.config import ModelArgs
 from real_backend.model.loading import load_checkpoint
 from real_backend.model.transformer import Transformer
@@ -29,6 +30,7 @@ from workbench.scenario.decoders import (
     draft_of,
     lookahead_slots,
 )
+from workbench.scenario.kv_cache import KVCacheConfig
 from workbench.scenario.scenario import Scenario
 from workbench.scenario.seqsched import SequenceSchedulingConfig
 from workbench.scenario.system import ContinuousBatchingConfig, SchedulerConfig
@@ -36,6 +38,7 @@ from workbench.scheduling.blocks import blocks_for
 from workbench.scheduling.factory import build_policy, check_feasible
 from workbench.scheduling.length_predictors import with_predictions
 from workbench.scheduling.seqsched_rules import VBS_BATCH_SIZES
+from workbench.scheduling.swap_space import swap_info
 from workbench.workload.generate import workload_for
 from workbench.workload.requests import Workload
 
@@ -97,7 +100,9 @@ def serve_scenario(scenario: Scenario, progress=None, measure_steps: bool = Fals
     decoder = build_decoder(scenario.decoder, model, cache, draft_folder(scenario), folder)
     assert decoder.lookahead_slots == slots, "the feasibility check counted other slots"
     branching = isinstance(scenario.decoder, AparDecoderConfig)  # APAR requests fork
-    policy = build_policy(scenario.scheduler, num_blocks, slots, branching=branching)
+    # vLLM swaps requests with several live branches; not with a draft, whose cache would move too.
+    swap = swap_blocks(scenario.scheduler.kv_cache, cache) if branching and slots == 0 else 0
+    policy = build_policy(scenario.scheduler, num_blocks, slots, branching, swap)
     engine_class = ProfilingEngine if measure_steps else RealEngine
     engine = engine_class(model, cache, policy, options, decoder)
     records, outputs = engine.serve(workload, prompts, progress)
@@ -107,9 +112,16 @@ def serve_scenario(scenario: Scenario, progress=None, measure_steps: bool = Fals
     records.info.update(run_info(folder, device, scenario.model.dtype, num_blocks))
     records.info["kernels"] = kernels
     records.info["linear"] = model.linear_impl
+    if branching:
+        records.info.update(swap_info([policy]))
     if workload.category is not None:
         records.requests.category = workload.category
     return records
+
+
+def swap_blocks(kv: KVCacheConfig, cache: PagedKVCache) -> int:
+    """The host memory `kv.swap_space_gib` in blocks of `cache`."""
+    return int(kv.swap_space_gib * (1 << 30) // cache.block_bytes)
 
 
 def check_context(workload: Workload, args: ModelArgs, scenario: Scenario) -> None:

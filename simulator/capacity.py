@@ -9,6 +9,8 @@ counts whole request slots of `max_request_tokens` (see `vidur_capacity_blocks`)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from simulator.catalogs.hardware import GPUSpec
 from simulator.catalogs.models import ModelSpec, dtype_bytes
 from workbench.errors import WorkbenchError
@@ -145,3 +147,25 @@ def kv_capacity_blocks(
             field="hardware.tensor_parallel",
         )
     return (usable - weights) // block_bytes
+
+
+@dataclass(frozen=True)
+class SwapSpace:
+    """Host memory an engine swaps KV out to (APAR's requests with several branches)."""
+
+    blocks: int  # KV blocks it holds
+    block_s: float  # seconds to move one block over the host link, one way
+
+
+NO_SWAP = SwapSpace(0, 0.0)
+
+
+def swap_space(
+    model: ModelSpec, gpu: GPUSpec, tensor_parallel: int, dtype: str, kv: KVCacheConfig
+) -> SwapSpace:
+    """vLLM's: `swap_space_gib` per GPU, counted in blocks of one GPU's share of a block;
+    each GPU moves its share over its own host link, all at once."""
+    per_gpu = kv.block_size * kv_bytes_per_token_replica(model, tensor_parallel, dtype)
+    per_gpu /= tensor_parallel
+    blocks = int(kv.swap_space_gib * _GIB // per_gpu)
+    return SwapSpace(blocks, per_gpu / gpu.host_bandwidth_bytes_s)

@@ -130,6 +130,8 @@ class SimReplica:
         self._release_drafts(plan.preempted)
         steps = 1 if self.pipeline else min(plan.repeatable_steps, self.max_span_steps)
         durations = self._durations(plan, steps)  # (steps,)
+        if self.apar is not None:
+            durations[0] += self.apar.swap_s(plan)
         self._cold_start(plan, durations)
         self._plan = plan
         if self.pipeline is not None:

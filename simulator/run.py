@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from simulator.capacity import check_tensor_parallel, kv_capacity_blocks
+from simulator.capacity import (
+    NO_SWAP,
+    SwapSpace,
+    check_tensor_parallel,
+    kv_capacity_blocks,
+    swap_space,
+)
 from simulator.catalogs.hardware import get_gpu
 from simulator.catalogs.models import ModelSpec, resolve_model
 from simulator.cost_models.base import CostModel
@@ -25,6 +31,7 @@ from workbench.scenario.system import ContinuousBatchingConfig
 from workbench.scheduling.factory import build_policy, check_feasible
 from workbench.scheduling.length_predictors import with_predictions
 from workbench.scheduling.routing import build_router
+from workbench.scheduling.swap_space import swap_info
 from workbench.workload.generate import workload_for
 from workbench.workload.requests import Workload
 
@@ -54,6 +61,13 @@ def replica_kv_blocks(scenario: Scenario) -> int:
     )
 
 
+def replica_swap_space(scenario: Scenario, model: ModelSpec) -> SwapSpace:
+    """Host memory for swapped KV per engine, and what moving a block costs."""
+    hw = scenario.hardware
+    kv = scenario.scheduler.kv_cache
+    return swap_space(model, get_gpu(hw.gpu), hw.tensor_parallel, scenario.model.dtype, kv)
+
+
 @dataclass(frozen=True)
 class Prepared:
     """Everything a simulation needs, built and checked before the clock starts."""
@@ -66,6 +80,7 @@ class Prepared:
     steppers: list[MultiTokenStepper] | None
     decoder_info: dict[str, str]
     apar: AparBranches | None = None  # APAR: the requests' trees
+    swap: SwapSpace = NO_SWAP  # host memory for swapped KV per engine (APAR, no draft)
 
 
 def prepare(
@@ -83,7 +98,8 @@ def prepare(
     workload = with_predictions(workload, scenario.scheduler, scenario.seed, checkpoint)
     num_blocks = replica_kv_blocks(scenario) // engines  # vLLM: each engine its share
     slots = lookahead_slots(scenario.decoder)
-    apar, apar_info = build_apar(scenario, workload.output_tokens, store)
+    swap = replica_swap_space(scenario, model) if slots == 0 else NO_SWAP
+    apar, apar_info = build_apar(scenario, workload.output_tokens, store, swap.block_s)
     longest = int((workload.prompt_tokens + workload.output_tokens).max())
     if apar is not None:  # a branch's visible context: what it sees of its parent + its own
         prompts = workload.prompt_tokens.tolist()
@@ -101,7 +117,10 @@ def prepare(
         scenario, scenario.hardware.replicas * engines, store, apar
     )
     decoder_info.update(apar_info)
-    return Prepared(workload, num_blocks, engines, slots, cost_model, steppers, decoder_info, apar)
+    swap = swap if apar is not None else NO_SWAP
+    return Prepared(
+        workload, num_blocks, engines, slots, cost_model, steppers, decoder_info, apar, swap
+    )
 
 
 def check_pipeline(scenario: Scenario, model: ModelSpec) -> int:
@@ -145,7 +164,13 @@ def simulate(
     engines = replicas * ready.engines_per_replica
     branching = ready.apar is not None
     policies = [
-        build_policy(scenario.scheduler, ready.num_blocks, ready.lookahead_slots, branching)
+        build_policy(
+            scenario.scheduler,
+            ready.num_blocks,
+            ready.lookahead_slots,
+            branching,
+            ready.swap.blocks,
+        )
         for _ in range(engines)
     ]
     sim = Simulation(
@@ -170,6 +195,8 @@ def simulate(
         info["pipeline_parallel"] = str(ready.engines_per_replica)
         info["kv_blocks_per_replica"] = str(ready.num_blocks * ready.engines_per_replica)
         info["kv_blocks_per_engine"] = str(ready.num_blocks)
+    if ready.apar is not None:
+        info.update(swap_info(policies))
     records.info.update(info)
     records.info.update(ready.decoder_info)
     return records

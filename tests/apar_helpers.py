@@ -33,7 +33,8 @@ class Drive:
     steps: int = 0
     emitted: dict[int, int] = field(default_factory=dict)  # sequence id → own tokens
     finished: list[int] = field(default_factory=list)  # request ids in finishing order
-    preemptions: int = 0
+    preemptions: int = 0  # branches preempted by recompute
+    swap_outs: int = 0  # requests swapped out
     max_live_forks: int = 0
 
 
@@ -47,6 +48,7 @@ def drive(
     """Run every request (all arriving at 0) to its end; forks as the trees say."""
     walker = BranchWalker(first_child_id=len(trees))
     seqs: dict[int, Sequence] = {}
+    swapped: dict[int, object] = {}  # request → its blocks in host memory (with a cache)
     out = Drive()
     for i, (tree, prompt) in enumerate(zip(trees, prompts, strict=True)):
         seqs[i] = Sequence(i, 0.0, prompt, tree.tokens[0])
@@ -56,12 +58,13 @@ def drive(
         out.steps += 1
         assert out.steps < max_steps, "no progress"
         out.preemptions += len(plan.preempted)
+        out.swap_outs += len(plan.swapped_out)
         decodes = [s.request_id for s in policy.decode_sequences()]
         emitting = decodes + [
             c.seq.request_id for c in plan.prefills if c.tokens == c.seq.prefill_remaining
         ]
         if cache is not None:
-            _mirror(cache, plan, decodes, walker)
+            _mirror(cache, plan, decodes, swapped)
             used = cache.allocator.num_blocks - cache.num_free_blocks
             assert used <= policy.used_blocks, (used, policy.used_blocks)
         result = policy.complete(plan)
@@ -81,10 +84,16 @@ def drive(
     return out
 
 
-def _mirror(cache, plan, decodes: list[int], walker: BranchWalker) -> None:
+def _mirror(cache, plan, decodes: list[int], swapped: dict[int, object]) -> None:
     for sid in [s.request_id for s in plan.preempted] + plan.released:
         if sid in cache.tables:
             cache.free(sid)
+    for move in plan.swapped_out:
+        swapped[move.owner] = cache.swap_out(move.branches)
+    for move in plan.swapped_in:
+        cache.swap_in(swapped.pop(move.owner))
+    for owner in plan.swap_dropped:
+        del swapped[owner]
     for sid in decodes:
         cache.append_slots(sid, 1)
     for chunk in plan.prefills:

@@ -53,6 +53,7 @@ def serve_apar(
     eos: frozenset[int] = frozenset(),
     config: AparDecoderConfig | None = None,
     draft: Transformer | None = None,  # with config.speculative
+    swap_blocks: int = 0,  # host memory for requests with several live branches
 ):
     """Serve under continuous batching with branches; returns (engine, records, answers)."""
     cache = model.new_cache(num_blocks, block_size)
@@ -66,6 +67,7 @@ def serve_apar(
         max_batched_tokens=4096,
         lookahead_slots=decoder.lookahead_slots,
         branching=True,
+        swap_blocks=swap_blocks,
     )
     options = ServeOptions(sampling=config, seed=0, eos_token_ids=eos, ignore_eos=not eos)
     engine = RealEngine(model, cache, policy, options, decoder)

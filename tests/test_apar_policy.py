@@ -82,9 +82,10 @@ def test_forks_go_before_waiting_requests() -> None:
     num_blocks=st.integers(30, 120),
     block_size=st.sampled_from([1, 2, 4, 8]),
     chunked=st.booleans(),
+    swap_blocks=st.sampled_from([0, 6, 10**6]),
 )
 def test_real_cache_fits_within_the_policy_count_under_pressure(
-    seed: int, num_blocks: int, block_size: int, chunked: bool
+    seed: int, num_blocks: int, block_size: int, chunked: bool, swap_blocks: int
 ) -> None:
     torch = pytest.importorskip("torch")
     from real_backend.kv_cache import PagedKVCache
@@ -103,9 +104,11 @@ def test_real_cache_fits_within_the_policy_count_under_pressure(
         max_batched_tokens=8 if chunked else 256,
         chunked_prefill=chunked,
         chunk_size=8,
+        swap_blocks=swap_blocks,
     )
     cache = PagedKVCache(1, num_blocks, block_size, 1, 1, dtype=torch.float32)
     out = drive(p, trees, prompts, cache)
+    assert p.swap_used == 0 and not p.swapped
     assert sorted(out.finished) == list(range(len(trees)))
     expected = sorted(t for tree in trees for t in tree.tokens)
     assert sorted(out.emitted.values()) == expected  # no token lost or duplicated
@@ -125,6 +128,69 @@ def test_kv_pressure_preempts_whole_requests() -> None:
     out = drive(p, trees, prompts, cache)
     assert out.preemptions > 0 and sorted(out.finished) == list(range(len(trees)))
     assert sum(cache.allocator.refcount) == 0 and p.used_blocks == 0
+
+
+@pytest.mark.parametrize("swap_blocks", [10**6, 12])
+def test_kv_pressure_swaps_requests_with_several_branches(swap_blocks: int) -> None:
+    """vLLM's rule: a request with several live branches is swapped to host memory and comes
+    back whole; one branch alone, or one that finds the host memory full, is recomputed."""
+    torch = pytest.importorskip("torch")
+    from real_backend.kv_cache import PagedKVCache
+
+    rng = np.random.default_rng(7)
+    trees = [random_tree(rng, max_children=6, max_len=20) for _ in range(30)]
+    p = policy(num_blocks=60, max_batch_size=16, swap_blocks=swap_blocks)
+    cache = PagedKVCache(1, 60, 4, 1, 1, dtype=torch.float32)
+    seen = _swapped_requests(p)
+    out = drive(p, trees, [8] * len(trees), cache)
+    assert out.swap_outs > 0 and out.swap_outs == p.swap_outs
+    assert all(live >= 2 for live in seen)  # never a single branch
+    assert (p.swaps_refused > 0) == (swap_blocks == 12)  # a full host memory recomputes
+    assert sorted(out.finished) == list(range(len(trees)))
+    expected = sorted(t for tree in trees for t in tree.tokens)
+    assert sorted(out.emitted.values()) == expected  # no token lost or duplicated
+    assert sum(cache.allocator.refcount) == 0 and p.used_blocks == 0 and p.swap_used == 0
+
+
+def _swapped_requests(p: ContinuousBatching) -> list[int]:
+    """Live branches of each request `p` swaps out, recorded as it does."""
+    seen: list[int] = []
+    swap_out = p._swap_out
+
+    def recording(owner: int, victims: list[Sequence]) -> None:
+        seen.append(len(p.groups[owner].live))
+        assert p.swap_used + sum(v.blocks for v in victims) <= p.swap_blocks
+        swap_out(owner, victims)
+
+    p._swap_out = recording  # type: ignore[method-assign]
+    return seen
+
+
+def test_swapped_requests_come_back_before_waiting_ones() -> None:
+    p = policy(num_blocks=10, max_batch_size=4, swap_blocks=100)
+    p.add(Sequence(0, 0.0, prompt_tokens=8, output_tokens=14), 0.0)
+    p.complete(p.schedule(0.0))
+    second = Sequence(1, 0.0, prompt_tokens=8, output_tokens=12)
+    p.add(second, 0.0)
+    p.complete(p.schedule(0.0))  # request 1's prefill, request 0 decoding
+    p.complete(p.schedule(0.0))  # request 1's fork token
+    p.fork(second, 100, own_tokens=8)
+    p.complete(p.schedule(0.0))  # the fork's chunk: request 1 has two live branches
+    p.add(Sequence(2, 0.0, prompt_tokens=4, output_tokens=4), 0.0)
+    plans = []
+    while (plan := p.schedule(0.0)) is not None:
+        plans.append(plan)
+        p.complete(plan)
+    moves = [(i, m.owner) for i, plan in enumerate(plans) for m in plan.swapped_out]
+    [(out_at, owner)] = moves
+    assert owner == 1  # the newest request, with two branches; request 2 alone recomputes
+    assert [s.request_id for s in plans[1].preempted] == [2]
+    [back_at] = [i for i, plan in enumerate(plans) if plan.swapped_in]
+    assert back_at > out_at + 1
+    # Request 2 waits while request 1 is away, though blocks are free, and comes after it.
+    assert all(not plan.prefills for plan in plans[out_at:back_at])
+    assert [c.seq.request_id for c in plans[back_at].prefills] == [2]
+    assert p.used_blocks == 0 and p.outstanding() == 0
 
 
 def test_thousands_of_forks_leave_no_reference_behind() -> None:

@@ -36,30 +36,40 @@ def setup():
 
 
 @pytest.mark.parametrize(
-    ("batch", "blocks"), [(1, 512), (8, 512), (8, 40)], ids=["batch 1", "batched", "preempting"]
+    ("batch", "blocks", "swap"),
+    [(1, 512, 0), (8, 512, 0), (8, 40, 0), (8, 40, 10**6), (8, 40, 12)],
+    ids=["batch 1", "batched", "preempting", "swapping", "swap space full"],
 )
-def test_each_branch_equals_greedy_decoding_of_its_visible_context(setup, batch, blocks) -> None:
+def test_each_branch_equals_greedy_decoding_of_its_visible_context(
+    setup, batch, blocks, swap
+) -> None:
     model, workload, tokens, eos = setup
     engine, records, _answers = serve_apar(
-        model, workload, tokens, max_batch_size=batch, num_blocks=blocks, eos=eos
+        model, workload, tokens, max_batch_size=batch, num_blocks=blocks, eos=eos, swap_blocks=swap
     )
     children = check_branches_equal_alone(engine, records, model, workload, tokens, eos)
     assert children >= 20  # the rule was checked on many forks
     assert violations(records, kv_blocks=blocks) == []
     if blocks == 40:
         assert records.requests.preemptions.sum() > 0
+    assert (engine.policy.swap_outs > 0) == (swap > 0)
+    assert (engine.policy.swaps_refused > 0) == (swap == 12)
     assert sum(engine.cache.allocator.refcount) == 0 and not engine.cache.tables
+    assert not engine._swapped
 
 
-@pytest.mark.parametrize("blocks", [23, 47])
-def test_grandchildren_survive_preemption(setup, blocks) -> None:
+@pytest.mark.parametrize(("blocks", "swap"), [(23, 0), (47, 0), (23, 10**6), (47, 10**6)])
+def test_grandchildren_survive_preemption(setup, blocks, swap) -> None:
     """max_depth 3: a preempted request's held ancestors above a released branch are
-    released with its last branch (nothing stays held)."""
+    released with its last branch (nothing stays held); swapped out, they come back held."""
     model, workload, tokens, eos = setup
     config = AparDecoderConfig(kind="apar", max_branches=64, max_depth=3)
     engine, records, _ = serve_apar(
-        model, workload, tokens, num_blocks=blocks, eos=eos, config=config
+        model, workload, tokens, num_blocks=blocks, eos=eos, config=config, swap_blocks=swap
     )
+    assert (engine.policy.swap_outs > 0) == (swap > 0)
+    # A swapped request whose next decodes outgrow the whole cache is recomputed after all.
+    assert (engine.policy.swaps_recomputed > 0) == (swap > 0)
     check_branches_equal_alone(engine, records, model, workload, tokens, eos, config)
     assert (
         max(t.depth(b) for t in records.branches.trees().values() for b in range(t.branches)) == 3

@@ -48,8 +48,12 @@ def scenario(tmp_path, *overrides: str):
     return load_scenario(path, list(overrides))
 
 
-@pytest.mark.parametrize(("batch", "blocks"), [(8, 512), (8, 40)], ids=["batched", "preempting"])
-def test_replaying_a_real_runs_trees_reproduces_its_steps(tmp_path, batch, blocks) -> None:
+@pytest.mark.parametrize(
+    ("blocks", "swap"),
+    [(512, 0), (40, 0), (40, 10**6)],
+    ids=["batched", "preempting", "swapping"],
+)
+def test_replaying_a_real_runs_trees_reproduces_its_steps(tmp_path, blocks, swap) -> None:
     pytest.importorskip("torch")
     from apar_real_helpers import frequent_tokens, many_prompts, serve_apar
     from decoder_models import random_model, serve
@@ -58,11 +62,18 @@ def test_replaying_a_real_runs_trees_reproduces_its_steps(tmp_path, batch, block
     w, prompts = many_prompts(24, 48, seed=9)
     tokens = frequent_tokens(serve(model, (w, prompts))[2], 48)
     eos = frozenset({23})
-    _engine, real, _ = serve_apar(
-        model, (w, prompts), tokens, max_batch_size=batch, num_blocks=blocks, eos=eos
+    engine, real, _ = serve_apar(
+        model, (w, prompts), tokens, num_blocks=blocks, eos=eos, swap_blocks=swap
     )
     assert real.branches is not None and (real.branches.parent >= 0).sum() >= 20
-    sim_scenario = scenario(tmp_path, f"scheduler.kv_cache.num_blocks={blocks}")
+    assert (engine.policy.swap_outs > 0) == (swap > 0)
+    # 4 GiB of an 8B model's 4-token blocks: 8,192 of them, never full here.
+    space = 4 if swap else 0
+    sim_scenario = scenario(
+        tmp_path,
+        f"scheduler.kv_cache.num_blocks={blocks}",
+        f"scheduler.kv_cache.swap_space_gib={space}",
+    )
     with ResultsStore.open(":memory:") as store:
         meta = make_meta("real", backend="real", decoder="apar", config=json_config(sim_scenario))
         store.write_run(meta, real)
@@ -106,6 +117,33 @@ def test_parametric_trees_are_reproducible_and_keep_the_invariants(tmp_path) -> 
     assert first.requests.preemptions.sum() > 0
     forked = (first.branches.parent >= 0).sum()
     assert forked > 30
+
+
+def test_swaps_are_priced_over_the_host_link(tmp_path) -> None:
+    """Swapped blocks cost their bytes over PCIe, on top of the step's own time: 4 GiB of
+    llama-3-8b bf16's 4-token blocks (512 KiB: 32 layers x K, V x 8 heads x 128 x 2 bytes x 4)
+    is 8,192 blocks, each 512 KiB / 64 GB/s on an H100 SXM's PCIe Gen5 link."""
+    s = scenario(
+        tmp_path,
+        "scheduler.kv_cache.num_blocks=48",
+        "scheduler.max_batch_size=16",
+        "workload.num_requests=60",
+        "workload.arrival={kind: poisson, rate_per_s: 50}",
+    )
+    records = simulate(s)
+    moved = int(records.info["apar_swapped_blocks"])
+    assert int(records.info["apar_swap_outs"]) > 0 and moved > 0
+    extra_s = records.steps.duration_s.sum() - 0.010 * len(records.steps.step)
+    assert extra_s == pytest.approx(moved * 512 * 1024 / 64e9)
+    assert violations(records, kv_blocks=48) == []
+    recomputing = simulate(s.model_copy(update={"scheduler": _no_swap(s.scheduler)}))
+    assert recomputing.info["apar_swap_outs"] == "0"
+    assert recomputing.steps.duration_s.sum() == pytest.approx(0.010 * len(recomputing.steps.step))
+
+
+def _no_swap(scheduler):
+    kv = scheduler.kv_cache.model_copy(update={"swap_space_gib": 0.0})
+    return scheduler.model_copy(update={"kv_cache": kv})
 
 
 def test_forks_take_fewer_steps_than_the_sequential_answer(tmp_path) -> None:

@@ -34,6 +34,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.shadow: dict[int, list[float]] = {}
         self.next_id = 0
         self.next_value = 1.0
+        self.swapped: list[tuple[object, dict[int, list[float]]]] = []  # (handle, shadow)
 
     def _write(self, seq: int, slots: list[int]) -> None:
         values = [self.next_value + i for i in range(len(slots))]
@@ -96,6 +97,34 @@ class CacheMachine(RuleBasedStateMachine):
         seq = data.draw(st.sampled_from(sorted(self.shadow)))
         self.cache.free(seq)
         del self.shadow[seq]
+
+    @precondition(lambda self: self.shadow)
+    @rule(data=st.data())
+    def swap_out(self, data):
+        """A sequence and every one sharing a block with it, transitively, go to the host."""
+        group = {data.draw(st.sampled_from(sorted(self.shadow)))}
+        while True:
+            blocks = {b for s in group for b in self.cache.tables[s]}
+            wider = {s for s, t in self.cache.tables.items() if blocks & set(t)} | group
+            if wider == group:
+                break
+            group = wider
+        handle = self.cache.swap_out(sorted(group))
+        assert handle.num_blocks == len(blocks)  # each shared block once
+        self.swapped.append((handle, {s: self.shadow.pop(s) for s in group}))
+
+    @precondition(lambda self: self.swapped)
+    @rule(data=st.data())
+    def swap_in(self, data):
+        handle, shadow = self.swapped[data.draw(st.integers(0, len(self.swapped) - 1))]
+        before = (dict(self.cache.tables), self.cache.num_free_blocks)
+        try:
+            self.cache.swap_in(handle)
+        except OutOfBlocks:
+            assert (dict(self.cache.tables), self.cache.num_free_blocks) == before
+            return
+        self.swapped.remove((handle, shadow))
+        self.shadow.update(shadow)
 
     @invariant()
     def no_leak_and_refcounts_match(self):
@@ -160,3 +189,15 @@ def test_keep_refuses_to_move_tokens_into_a_shared_block():
     assert torch.equal(cache.k, k) and cache.tables == tables and cache.length("p") == 6
     child = [float(cache.k[0].view(-1, 1, 1)[cache.slot("c", p)]) for p in range(6)]
     assert child == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+
+
+def test_swap_out_refuses_a_block_shared_beyond_the_group():
+    cache = PagedKVCache(1, 8, 4, n_kv_heads=1, head_dim=1)
+    cache.allocate("p", 6)
+    cache.fork("p", "c")
+    tables = {s: list(t) for s, t in cache.tables.items()}
+    with pytest.raises(ValueError, match="shared beyond"):
+        cache.swap_out(["c"])
+    assert cache.tables == tables and cache.num_free_blocks == 6
+    swapped = cache.swap_out(["p", "c"])
+    assert swapped.num_blocks == 2 and cache.num_free_blocks == 8 and not cache.tables

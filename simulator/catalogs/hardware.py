@@ -39,6 +39,7 @@ class GPUSpec:
     memory_bandwidth_bytes_s: float  # peak device-memory bandwidth
     interconnect_bandwidth_bytes_s: float  # intra-node link, per GPU, per direction
     collective_latency_s: float  # fixed cost of one small all-reduce
+    host_bandwidth_bytes_s: float  # to and from host memory (swapped KV), per direction
     peak_fp8_flops: float | None = None  # dense fp8 tensor FLOP/s; None: no fp8 tensor cores
     kernel_fit: KernelFit | None = None  # fitted kernel parameters (cost_model.kind: fitted)
     hourly_price_usd: float | None = None  # one GPU for one hour (see the module docstring)
@@ -64,7 +65,8 @@ class GPUSpec:
 # profile for the smallest messages at TP2 (0.010 ms for 2 KiB). Streaming multiprocessors
 # (the fitted decode attention lays its thread blocks on them): A100 108, H100 and H200 SXM
 # 132 (NVIDIA's A100 and H100 architecture whitepapers), L40S 142 (AD102 as shipped in the
-# L40S datasheet), A40 84 and RTX 3090 82 (GA102 whitepaper, below).
+# L40S datasheet), A40 84 and RTX 3090 82 (GA102 whitepaper, below). Host links (swapped KV)
+# are the datasheets' PCIe totals, halved per direction: Gen4 x16 64 GB/s, Gen5 x16 128 GB/s.
 _CATALOG: dict[str, GPUSpec] = {
     "a100-80gb": GPUSpec(
         name="a100-80gb",
@@ -74,6 +76,7 @@ _CATALOG: dict[str, GPUSpec] = {
         memory_bandwidth_bytes_s=2039e9,
         interconnect_bandwidth_bytes_s=300e9,  # NVLink 3: 600 GB/s bidirectional
         collective_latency_s=10e-6,
+        host_bandwidth_bytes_s=32e9,  # PCIe Gen4 x16: 64 GB/s bidirectional
         kernel_fit=A100_FIT,
         hourly_price_usd=2.736,  # RunPod "A100 80 GB" $0.00076/s
         multiprocessors=108,
@@ -86,6 +89,7 @@ _CATALOG: dict[str, GPUSpec] = {
         memory_bandwidth_bytes_s=3.35e12,
         interconnect_bandwidth_bytes_s=450e9,  # NVLink 4: 900 GB/s bidirectional
         collective_latency_s=10e-6,
+        host_bandwidth_bytes_s=64e9,  # PCIe Gen5 x16: 128 GB/s bidirectional
         peak_fp8_flops=1979e12,
         kernel_fit=H100_FIT,
         hourly_price_usd=4.176,  # RunPod "H100 PRO 80 GB" $0.00116/s
@@ -99,6 +103,7 @@ _CATALOG: dict[str, GPUSpec] = {
         memory_bandwidth_bytes_s=4.8e12,
         interconnect_bandwidth_bytes_s=450e9,  # NVLink 4: 900 GB/s bidirectional
         collective_latency_s=10e-6,
+        host_bandwidth_bytes_s=64e9,  # PCIe Gen5 x16: 128 GB/s bidirectional
         peak_fp8_flops=1979e12,
         # No H200 profile: the H100's fitted efficiencies (the same GH100 compute die and
         # kernels; only the memory differs), applied to the H200's own peaks. Unvalidated.
@@ -114,6 +119,7 @@ _CATALOG: dict[str, GPUSpec] = {
         memory_bandwidth_bytes_s=864e9,
         interconnect_bandwidth_bytes_s=32e9,  # no NVLink: PCIe Gen4 x16, 64 GB/s both ways
         collective_latency_s=20e-6,  # PCIe through the host bridge: slower small messages
+        host_bandwidth_bytes_s=32e9,  # PCIe Gen4 x16
         peak_fp8_flops=733e12,
         kernel_fit=None,  # no Ada-generation profile: the fitted cost model refuses it
         hourly_price_usd=1.908,  # RunPod "L40, L40S, 6000 Ada PRO 48 GB" $0.00053/s
@@ -130,6 +136,7 @@ _CATALOG: dict[str, GPUSpec] = {
         memory_bandwidth_bytes_s=696e9,
         interconnect_bandwidth_bytes_s=56.25e9,  # NVLink bridge: 112.5 GB/s bidirectional
         collective_latency_s=20e-6,  # as the L40S: no NVSwitch, small messages cost more
+        host_bandwidth_bytes_s=32e9,  # PCIe Gen4 x16
         kernel_fit=A40_FIT,
         hourly_price_usd=1.224,  # RunPod "A6000, A40 48 GB" $0.00034/s
         multiprocessors=84,
@@ -146,6 +153,7 @@ _CATALOG: dict[str, GPUSpec] = {
         memory_bandwidth_bytes_s=936e9,
         interconnect_bandwidth_bytes_s=32e9,  # PCIe Gen4 x16, 64 GB/s both ways
         collective_latency_s=20e-6,
+        host_bandwidth_bytes_s=32e9,  # PCIe Gen4 x16
         # No 3090 profile: the A40's fitted efficiencies (the same GA102 die and kernels;
         # GDDR6X instead of GDDR6), applied to the 3090's own peaks. Unvalidated.
         kernel_fit=A40_FIT,
@@ -162,6 +170,7 @@ _CATALOG: dict[str, GPUSpec] = {
         memory_bandwidth_bytes_s=150e9,
         interconnect_bandwidth_bytes_s=50e9,  # "TP" ranks share a socket's memory system
         collective_latency_s=50e-6,  # gloo over shared memory
+        host_bandwidth_bytes_s=75e9,  # a copy within host memory: a read and a write of each byte
         kernel_fit=None,  # no CPU kernel profile
         hourly_price_usd=None,  # no source: a generic socket, not a product
     ),

@@ -22,8 +22,9 @@ from workbench.scheduling.sequence import Sequence
 
 
 class AparBranches:
-    def __init__(self, trees: list[BranchTree]) -> None:
+    def __init__(self, trees: list[BranchTree], swap_block_s: float = 0.0) -> None:
         self.trees = trees  # per request
+        self.swap_block_s = swap_block_s  # one KV block to or from host memory
         self.walker = BranchWalker(first_child_id=len(trees))
         self.book: BranchBook | None = None
 
@@ -38,6 +39,10 @@ class AparBranches:
         assert self.book is not None
         self.walker.start(request_id, self.trees[request_id])
         self.book.start(request_id)
+
+    def swap_s(self, plan: StepPlan) -> float:
+        """What the step's swaps cost: they run before its forward, as vLLM's do."""
+        return plan.swapped_blocks * self.swap_block_s
 
     @staticmethod
     def emitting(policy: ContinuousBatching, plan: StepPlan) -> list[int]:

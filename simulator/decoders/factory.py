@@ -78,9 +78,13 @@ def build_steppers(
 
 
 def build_apar(
-    scenario: Scenario, output_tokens: np.ndarray, store: ResultsStore | None
+    scenario: Scenario,
+    output_tokens: np.ndarray,
+    store: ResultsStore | None,
+    swap_block_s: float = 0.0,
 ) -> tuple[AparBranches | None, dict[str, str]]:
-    """The requests' APAR trees (None for other decoders), and facts for the run's info."""
+    """The requests' APAR trees (None for other decoders), and facts for the run's info.
+    swap_block_s: what moving one KV block to or from host memory costs."""
     decoder = scenario.decoder
     if not isinstance(decoder, AparDecoderConfig):
         return None, {}
@@ -89,7 +93,8 @@ def build_apar(
         run_id, replayed = stored_trees(store, decoder.calibrate_from)
         info = {"calibrated_from": run_id, "replayed_trees": str(len(replayed))}
     rng = component_rng(scenario.seed, "decoder.apar.trees")
-    return AparBranches(request_trees(decoder, output_tokens, rng, replayed)), info
+    trees = request_trees(decoder, output_tokens, rng, replayed)
+    return AparBranches(trees, swap_block_s), info
 
 
 def _step_model(

@@ -36,6 +36,15 @@ class KVCacheConfig(StrictModel):
         description="With sizing `vidur`: the tokens of one request slot (Vidur's max_tokens, "
         "the trace's prompt + output limit).",
     )
+    swap_space_gib: float = Field(
+        default=4.0,
+        ge=0,
+        description="Host memory per GPU for KV swapped out on preemption (vLLM's swap_space, "
+        "default 4 GiB). Only a request with several live branches (APAR) is swapped, as vLLM "
+        "swaps a group of several sequences; every other preemption recomputes, and so does "
+        "one that finds the space full. With a draft model (APAR + speculative) nothing is "
+        "swapped. 0: recompute always.",
+    )
 
     @model_validator(mode="after")
     def _vidur_needs_slot_tokens(self) -> KVCacheConfig:

@@ -18,6 +18,10 @@ With `branching` (APAR) a running sequence may `fork` a branch after a step: a s
 its own that shares the parent's cached prefix (`branches.py` has the rules for blocks,
 releases and preemption). Forks are admitted before waiting requests, without the
 admission watermark; steps are planned one at a time, since a fork may follow any step.
+With `swap_blocks` of host memory, a request preempted while it has several live branches,
+all of them on the device, is swapped out instead (vLLM's rule: a group of several running
+sequences is swapped, a single sequence recomputed); swapped requests come back, oldest
+first, before any waiting request is admitted.
 """
 
 from __future__ import annotations
@@ -30,9 +34,10 @@ import numpy as np
 from workbench.scheduling.blocks import blocks_for, steps_within_budget
 from workbench.scheduling.branches import BranchGroup
 from workbench.scheduling.decode_set import DecodeSet
-from workbench.scheduling.plan import PrefillChunk, StepPlan, StepResult
+from workbench.scheduling.plan import PrefillChunk, StepPlan, StepResult, SwapMove
 from workbench.scheduling.policy import BatchPolicy
 from workbench.scheduling.sequence import Sequence
+from workbench.scheduling.swap_space import SwappedRequest
 from workbench.scheduling.waiting_queue import FcfsQueue, WaitingQueue
 
 # vLLM keeps 1% of blocks free when admitting, so a new prompt does not immediately force
@@ -54,6 +59,7 @@ class ContinuousBatching(BatchPolicy):
         waiting: WaitingQueue | None = None,
         whole_prompt_blocks: bool = False,
         branching: bool = False,
+        swap_blocks: int = 0,
     ) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
@@ -77,6 +83,17 @@ class ContinuousBatching(BatchPolicy):
         self.forks: deque[Sequence] = deque()  # forks waiting for admission, oldest first
         self._waiting_branches = 0  # preempted branches in `waiting` (not requests)
         self._released: list[int] = []  # ended branches released while planning this step
+        self.swap_blocks = swap_blocks  # host memory for swapped requests, in KV blocks
+        self.swap_used = 0
+        self.swapped: deque[SwappedRequest] = deque()  # swapped out, oldest first
+        self.swap_outs = 0  # requests swapped out so far
+        self.swaps_refused = 0  # swappable requests recomputed: the host memory was full
+        self.swaps_recomputed = 0  # swapped requests recomputed: too big to come back
+        self.swapped_blocks = 0  # blocks moved to and from host memory, both ways
+        self._moves_out: list[SwapMove] = []  # swapped out while planning this step
+        self._moves_in: list[SwapMove] = []  # swapped back in while planning this step
+        self._given_up: list[Sequence] = []  # swapped requests' branches sent to recompute
+        self._dropped: list[int] = []  # requests whose host copy is discarded this step
 
     # ------------------------------------------------------------------ engine interface
 
@@ -85,6 +102,7 @@ class ContinuousBatching(BatchPolicy):
 
     def outstanding(self) -> int:
         sequences = len(self.waiting) + len(self.forks) + len(self.running)
+        sequences += sum(len(r.running) + len(r.forks) for r in self.swapped)
         return sequences - sum(len(g.live) - 1 for g in self.groups.values())
 
     def queued(self) -> int:
@@ -96,7 +114,10 @@ class ContinuousBatching(BatchPolicy):
     def schedule(self, now: float) -> StepPlan | None:
         self.waiting.set_time(now)
         self._released = []
+        self._moves_out, self._moves_in, self._given_up, self._dropped = [], [], [], []
         preempted = self._reserve_decode_blocks()
+        if not preempted or not self.running:
+            self._swap_in()
         budget = self.token_budget - len(self.decoding) * (1 + self.lookahead_slots)
         chunks, budget = self._continue_prefills(budget, preempted)
         # As vLLM: a step that preempted admits nobody, or victims thrash; unless it preempted
@@ -234,10 +255,11 @@ class ContinuousBatching(BatchPolicy):
         return chunks
 
     def _waiting_head(self) -> Sequence | None:
-        """The next sequence to admit: waiting forks first, then the waiting queue."""
+        """The next sequence to admit: waiting forks first, then the waiting queue, which
+        waits while a request is swapped out (vLLM: swapped requests come back first)."""
         if self.forks:
             return self.forks[0]
-        return self.waiting.head() if self.waiting else None
+        return self.waiting.head() if self.waiting and not self.swapped else None
 
     def _pop_waiting(self) -> None:
         if self.forks:
@@ -261,13 +283,14 @@ class ContinuousBatching(BatchPolicy):
     def _plan(self, chunks: list[PrefillChunk], preempted: list[Sequence]) -> StepPlan:
         size = len(self.decoding)
         single = chunks or preempted or self.lookahead_slots or self.branching
+        swapped = {b for move in self._moves_out for b in move.branches}
         repeat = 1 if single else self._repeatable_decode_steps()
         if repeat == 1:
             used = np.array([self.used_blocks])
         else:
             demand = self.decoding.block_demand(self.step + 1, repeat - 1)
             used = self.used_blocks + np.concatenate(([0], np.cumsum(demand)))  # (repeat,)
-        return StepPlan(
+        plan = StepPlan(
             step=self.step,
             prefills=chunks,
             decode_batch_size=size,
@@ -275,11 +298,16 @@ class ContinuousBatching(BatchPolicy):
             decode_context_max=self.decoding.context_max(self.step),
             emitting=size + sum(c.tokens == c.seq.prefill_remaining for c in chunks),
             kv_blocks_used=used,
-            preempted=preempted,
+            preempted=[s for s in preempted if s.request_id not in swapped] + self._given_up,
             released=self._released,
+            swap_dropped=self._dropped,
+            swapped_out=self._moves_out,
+            swapped_in=self._moves_in,
             repeatable_steps=repeat,
             replan_at_s=self._admission_changes_at_s() if repeat > 1 else None,
         )
+        self.swapped_blocks += plan.swapped_blocks
+        return plan
 
     def _admission_changes_at_s(self) -> float | None:
         """When a blocked queue head may give way to another request with time alone (aging):
@@ -370,6 +398,9 @@ class ContinuousBatching(BatchPolicy):
             return [newest]
         owner = self._newest_owner()
         victims = [s for s in self.running.values() if s.owner == owner]
+        if self._swappable(owner, victims):
+            self._swap_out(owner, victims)
+            return victims
         for victim in reversed(victims):  # they go back to the queue front in their order
             self._evict(victim)
         if owner in self.groups:
@@ -394,13 +425,118 @@ class ContinuousBatching(BatchPolicy):
             self._waiting_branches += 1
 
     def _unblock(self, budget: int) -> list[PrefillChunk]:
-        """Nothing runs, yet ended branches hold blocks for their forks, which do not fit:
-        preempt such requests, newest first, until a sequence can be admitted."""
+        """Nothing runs, yet ended branches hold blocks for their forks, which do not fit, or
+        the oldest swapped request does not fit: preempt such requests by recompute (holding
+        ones newest first, then the swapped one) until a sequence can be admitted or comes
+        back."""
         chunks: list[PrefillChunk] = []
-        while not chunks and (holding := [o for o, g in self.groups.items() if g.held]):
-            self._preempt_group(holding[-1])
-            chunks = self._admit(budget)
+        away = {r.owner for r in self.swapped}  # their held blocks are in host memory
+        while not chunks and not self.decoding:
+            holding = [o for o, g in self.groups.items() if g.held and o not in away]
+            if holding:
+                self._preempt_group(holding[-1])
+            elif self.swapped:
+                self._recompute_swapped(self.swapped.popleft())
+            else:
+                break
+            self._swap_in()
+            chunks = self._admit(budget - len(self.decoding) * (1 + self.lookahead_slots))
         return chunks
+
+    def _recompute_swapped(self, request: SwappedRequest) -> None:
+        """A swapped request that cannot come back even to an idle device (its next decodes
+        need more blocks than are free) is recomputed instead: its host copy goes."""
+        self.swap_used -= request.blocks
+        self.swaps_recomputed += 1
+        moved_out = [m for m in self._moves_out if m.owner == request.owner]
+        if moved_out:  # out this very step: the engine frees its blocks as for a recompute
+            self._moves_out.remove(moved_out[0])
+        else:
+            self._dropped.append(request.owner)
+        group = self.groups[request.owner]
+        released, _blocks = group.release_all()  # in host memory: the device count stands
+        self._released += released
+        for seq in reversed(request.running):
+            seq.blocks = 0
+            self._forget_prefix(seq)
+            seq.preemptions += 1
+            self.waiting.appendleft(seq)
+        for fork in reversed(request.forks):
+            self._forget_prefix(fork)
+            self.waiting.appendleft(fork)
+        self._waiting_branches += sum(s.is_branch for s in (*request.running, *request.forks))
+        self._given_up += request.running
+
+    def _swappable(self, owner: int, victims: list[Sequence]) -> bool:
+        """vLLM's rule: swap a request with several live branches, when every one of them is
+        on the device (decoding, or a fork waiting on its parent's blocks) and host memory has
+        room; otherwise recompute."""
+        group = self.groups.get(owner)
+        if (
+            group is None
+            or len(group.live) < 2
+            or any(v.request_id in self.prefilling for v in victims)
+        ):
+            return False
+        forks = {f.request_id for f in self.forks if f.owner == owner}
+        if group.live != {v.request_id for v in victims} | forks:
+            return False
+        for victim in victims:
+            self.decoding.sync(victim, self.step)
+        blocks = sum(v.blocks for v in victims) + sum(group.held.values())
+        if blocks > self.swap_blocks - self.swap_used:
+            self.swaps_refused += self.swap_blocks > 0
+            return False
+        return True
+
+    def _swap_out(self, owner: int, victims: list[Sequence]) -> None:
+        """Move a request's running branches, held blocks and waiting forks to host memory."""
+        for victim in victims:
+            if self._holds_reserved_block(victim):
+                self.used_blocks -= 1  # hand back the block reserved for its decode this step
+            self._stop_running(victim)
+        group = self.groups[owner]
+        forks = [f for f in self.forks if f.owner == owner]
+        self.forks = deque(f for f in self.forks if f.owner != owner)
+        request = SwappedRequest.of(owner, victims, forks, group.held)
+        self.used_blocks -= request.blocks
+        self.swap_used += request.blocks
+        back = [m for m in self._moves_in if m.owner == owner]
+        if back:  # swapped in while planning this very step: it never left host memory
+            self._moves_in.remove(back[0])
+            self.swapped.appendleft(request)
+            return
+        self.swapped.append(request)
+        self._moves_out.append(request.move())
+        group.preemptions += 1
+        self.swap_outs += 1
+
+    def _swap_in(self) -> None:
+        """Bring swapped requests back, oldest first, while batch slots, the token budget and
+        blocks (above the watermark while anything runs) allow; their decodes run this step."""
+        while self.swapped:
+            request = self.swapped[0]
+            sequences = len(self.decoding) + len(request.running)
+            need = request.blocks + self._decode_blocks_now(request.running)
+            watermark = self.watermark_blocks if self.running else 0
+            if (
+                len(self.running) + len(request.running) > self.max_batch_size
+                or sequences * (1 + self.lookahead_slots) > self.token_budget
+                or self.free_blocks() - need < watermark
+            ):
+                break
+            self.swapped.popleft()
+            self.swap_used -= request.blocks
+            for seq in request.running:
+                self.running[seq.request_id] = seq
+                self.used_blocks += seq.blocks + self.decoding.add(seq, self.step)
+            self.used_blocks += need - sum(s.blocks for s in request.running)
+            self.forks.extendleft(reversed(request.forks))
+            self._moves_in.append(request.move())
+
+    def _decode_blocks_now(self, seqs: list[Sequence]) -> int:
+        """New blocks `seqs` need for a decode at this step (those whose write starts a block)."""
+        return sum((s.computed + self.lookahead_slots) % self.block_size == 0 for s in seqs)
 
     def _newest_owner(self) -> int:
         """The request admitted last, by its earliest running branch (admission order)."""
@@ -432,6 +568,15 @@ class ContinuousBatching(BatchPolicy):
         if seq.request_id not in self.decoding.members or self._decode_reserved_step != self.step:
             return False
         return self.step % self.block_size == self.decoding.residue(seq)
+
+    def swap_counts(self) -> dict[str, int]:
+        """How preemptions went to host memory, for a run's info."""
+        return {
+            "swap_outs": self.swap_outs,
+            "swaps_refused": self.swaps_refused,
+            "swaps_recomputed": self.swaps_recomputed,
+            "swapped_blocks": self.swapped_blocks,
+        }
 
     def free_blocks(self) -> int:
         return self.num_blocks - self.used_blocks

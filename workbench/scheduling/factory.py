@@ -21,7 +21,11 @@ from workbench.scheduling.waiting_queue import build_waiting_queue
 
 
 def _continuous(
-    cfg: ContinuousBatchingConfig, num_blocks: int, slots: int, branching: bool = False
+    cfg: ContinuousBatchingConfig,
+    num_blocks: int,
+    slots: int,
+    branching: bool = False,
+    swap_blocks: int = 0,
 ) -> BatchPolicy:
     return ContinuousBatching(
         num_blocks=num_blocks,
@@ -34,6 +38,7 @@ def _continuous(
         waiting=build_waiting_queue(cfg.admission),
         whole_prompt_blocks=cfg.prompt_blocks == "whole_prompt",
         branching=branching,
+        swap_blocks=swap_blocks,
     )
 
 
@@ -83,10 +88,15 @@ POLICIES: dict[str, Callable[..., BatchPolicy]] = {
 
 
 def build_policy(
-    cfg: SchedulerConfig, num_blocks: int, lookahead_slots: int = 0, branching: bool = False
+    cfg: SchedulerConfig,
+    num_blocks: int,
+    lookahead_slots: int = 0,
+    branching: bool = False,
+    swap_blocks: int = 0,
 ) -> BatchPolicy:
     """`lookahead_slots`: KV slots a multi-token decoder writes per decode beyond one.
-    `branching`: sequences fork branches (APAR), which continuous batching alone admits."""
+    `branching`: sequences fork branches (APAR), which continuous batching alone admits.
+    `swap_blocks`: host memory, in KV blocks, for requests with several live branches."""
     if branching:
         if not isinstance(cfg, ContinuousBatchingConfig):
             raise WorkbenchError(
@@ -94,7 +104,7 @@ def build_policy(
                 "continuous",
                 field="scheduler.kind",
             )
-        return _continuous(cfg, num_blocks, lookahead_slots, branching=True)
+        return _continuous(cfg, num_blocks, lookahead_slots, True, swap_blocks)
     return POLICIES[cfg.kind](cfg, num_blocks, lookahead_slots)
 
 

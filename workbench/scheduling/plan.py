@@ -16,6 +16,16 @@ class PrefillChunk:
     context_tokens: int  # tokens already cached before the chunk
 
 
+@dataclass(frozen=True, slots=True)
+class SwapMove:
+    """A request's KV moved between the device and host memory (APAR's multi-branch
+    preemption): the branches whose cache tables move, and the blocks the policy counts."""
+
+    owner: int  # the request
+    branches: tuple[int, ...]  # running branches, then ended ones still holding blocks
+    blocks: int
+
+
 @dataclass
 class StepPlan:
     """The next step of one replica.
@@ -39,6 +49,13 @@ class StepPlan:
     # Ended branches (APAR) whose KV blocks were released while planning: their request was
     # preempted (its running branches are in `preempted`).
     released: list[int] = field(default_factory=list)
+    # Requests swapped out to host memory while planning (their running branches are not in
+    # `preempted`: nothing is recomputed), and swapped back in before this step runs.
+    swapped_out: list[SwapMove] = field(default_factory=list)
+    swapped_in: list[SwapMove] = field(default_factory=list)
+    # Swapped requests sent to recompute instead (their branches are in `preempted`): their
+    # host copies are discarded.
+    swap_dropped: list[int] = field(default_factory=list)
     repeatable_steps: int = 1
     # A repeated step starting at or after this time must be planned afresh: the admission
     # order changes then (an aging deadline). None: only arrivals and the count bound it.
@@ -51,6 +68,11 @@ class StepPlan:
     @property
     def prefill_tokens(self) -> int:
         return sum(c.tokens for c in self.prefills)
+
+    @property
+    def swapped_blocks(self) -> int:
+        """Blocks this step moves between the device and host memory, both ways."""
+        return sum(m.blocks for m in (*self.swapped_out, *self.swapped_in))
 
 
 @dataclass
