@@ -298,7 +298,7 @@ class ContinuousBatching(BatchPolicy):
             decode_context_max=self.decoding.context_max(self.step),
             emitting=size + sum(c.tokens == c.seq.prefill_remaining for c in chunks),
             kv_blocks_used=used,
-            preempted=[s for s in preempted if s.request_id not in swapped] + self._given_up,
+            preempted=self._recomputed(preempted, swapped),
             released=self._released,
             swap_dropped=self._dropped,
             swapped_out=self._moves_out,
@@ -308,6 +308,13 @@ class ContinuousBatching(BatchPolicy):
         )
         self.swapped_blocks += plan.swapped_blocks
         return plan
+
+    def _recomputed(self, preempted: list[Sequence], swapped: set[int]) -> list[Sequence]:
+        """The sequences preempted by recompute: not those swapped out, and a swapped request
+        sent to recompute after all once, though it may have left in this very step."""
+        out = {s.request_id: s for s in preempted if s.request_id not in swapped}
+        out.update((s.request_id, s) for s in self._given_up)
+        return list(out.values())
 
     def _admission_changes_at_s(self) -> float | None:
         """When a blocked queue head may give way to another request with time alone (aging):
