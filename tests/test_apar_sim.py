@@ -42,6 +42,15 @@ SCENARIO = {
 }
 
 
+# 60 requests at 50 req/s into 48 blocks of 4 tokens: preemptions, and swaps.
+KV_PRESSURE = (
+    "scheduler.kv_cache.num_blocks=48",
+    "scheduler.max_batch_size=16",
+    "workload.num_requests=60",
+    "workload.arrival={kind: poisson, rate_per_s: 50}",
+)
+
+
 def scenario(tmp_path, *overrides: str):
     path = tmp_path / "apar.yaml"
     path.write_text(yaml.safe_dump(SCENARIO))
@@ -103,13 +112,7 @@ def json_config(s) -> dict:
 
 
 def test_parametric_trees_are_reproducible_and_keep_the_invariants(tmp_path) -> None:
-    s = scenario(
-        tmp_path,
-        "scheduler.kv_cache.num_blocks=48",
-        "scheduler.max_batch_size=16",
-        "workload.num_requests=60",
-        "workload.arrival={kind: poisson, rate_per_s: 50}",
-    )
+    s = scenario(tmp_path, *KV_PRESSURE)
     first, second = simulate(s), simulate(s)
     for f in fields(first.emissions):
         assert np.array_equal(getattr(first.emissions, f.name), getattr(second.emissions, f.name))
@@ -123,13 +126,7 @@ def test_swaps_are_priced_over_the_host_link(tmp_path) -> None:
     """Swapped blocks cost their bytes over PCIe, on top of the step's own time: 4 GiB of
     llama-3-8b bf16's 4-token blocks (512 KiB: 32 layers x K, V x 8 heads x 128 x 2 bytes x 4)
     is 8,192 blocks, each 512 KiB / 64 GB/s on an H100 SXM's PCIe Gen5 link."""
-    s = scenario(
-        tmp_path,
-        "scheduler.kv_cache.num_blocks=48",
-        "scheduler.max_batch_size=16",
-        "workload.num_requests=60",
-        "workload.arrival={kind: poisson, rate_per_s: 50}",
-    )
+    s = scenario(tmp_path, *KV_PRESSURE)
     records = simulate(s)
     moved = int(records.info["apar_swapped_blocks"])
     assert int(records.info["apar_swap_outs"]) > 0 and moved > 0
