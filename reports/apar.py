@@ -45,17 +45,27 @@ def branch_table(apar: list[RunData]) -> Table:
     rows = [
         [run_name(run), str(run.run["backend"]), str(_max_branches(run))]
         + [format_number(run.summary.get(key), digits) for _, key, digits in BRANCH_KEYS]
+        + [format_number(run.summary.get("preemptions"), 0), _swap_outs(run)]
         for run in apar
     ]
+    titles = [title for title, _, _ in BRANCH_KEYS]
     return Table(
         title="APAR: branches, steps and KV",
-        headers=["run", "backend", "max branches", *(title for title, _, _ in BRANCH_KEYS)],
+        headers=["run", "backend", "max branches", *titles, "preemptions", "swapped out"],
         rows=rows,
         note="Answer tokens / step: the reassembled answer's tokens (fork tokens and EOS left "
         "out) over the steps the request emitted in (a sequential answer: just under 1). "
-        "Saved: against a sequential answer of the same text (workbench/metrics/apar.py).",
+        "Saved: against a sequential answer of the same text (workbench/metrics/apar.py). "
+        "Swapped out: preemptions that moved a request with several live branches to host "
+        "memory rather than recomputing it (vLLM's rule; docs/apar.md).",
         text_columns=2,
     )
+
+
+def _swap_outs(run: RunData) -> str:
+    """Requests swapped out, from the run's info (runs stored before swapping have none)."""
+    value = (run.run.get("info") or {}).get("apar_swap_outs")
+    return MISSING if value is None else str(value)
 
 
 def twin_table(forking: list[RunData], apar: list[RunData]) -> Table:

@@ -57,6 +57,20 @@ def test_apar_runs_get_their_tables(tmp_path: Path) -> None:
     assert re.search(apar_run.run_id, markdown)
 
 
+def test_the_branch_table_counts_swapped_requests(tmp_path: Path) -> None:
+    """Under KV pressure the table shows the preemptions and how many of them swapped."""
+    path = SCENARIOS / "apar_sim.yaml"
+    tight = load_scenario(path, [*SMALL, "scheduler.kv_cache.num_blocks=120"])
+    with ResultsStore.open(tmp_path / "r.duckdb") as store:
+        (run,) = run_scenario(tight, store, source=str(path))
+        info = store.get_run(run.run_id)["info"]
+        build_report(store, None, tmp_path / "out")
+    [row] = _section((tmp_path / "out" / "report.md").read_text(), "APAR: branches, steps and KV")
+    preemptions, swapped = int(row[-2]), int(row[-1])
+    assert 0 < swapped < preemptions  # requests with one live branch still recompute
+    assert swapped == int(info["apar_swap_outs"])
+
+
 def test_a_speculating_apar_twin_matches_whatever_its_simulated_acceptance() -> None:
     from reports.matching import TWIN_IGNORED, config_key
 
