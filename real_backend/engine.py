@@ -190,13 +190,13 @@ class RealEngine:
             self._evict(seq, plan.step)
         for branch in plan.released:  # ended branches of a preempted request
             self._drop(branch)
+        started_s = self._now()  # the step's time holds its swaps, as the simulator's does
         for move in plan.swapped_out:  # a request with several branches, to host memory
             self._swapped[move.owner] = self.cache.swap_out(move.branches)
         for move in plan.swapped_in:
             self.cache.swap_in(self._swapped.pop(move.owner))
         for owner in plan.swap_dropped:  # recomputed instead
             del self._swapped[owner]
-        started_s = self._now()
         # Prompt tokens really computed (a static plan counts padding; the engine runs real ones).
         prefill_tokens = sum(len(self._chunk_ids(c)) for c in plan.prefills)
         emitted, outcome, decoded = self._forward(plan)

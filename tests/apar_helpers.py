@@ -59,6 +59,7 @@ def drive(
         assert out.steps < max_steps, "no progress"
         out.preemptions += len(plan.preempted)
         out.swap_outs += len(plan.swapped_out)
+        _check_swaps(policy, plan)
         decodes = [s.request_id for s in policy.decode_sequences()]
         emitting = decodes + [
             c.seq.request_id for c in plan.prefills if c.tokens == c.seq.prefill_remaining
@@ -78,10 +79,21 @@ def drive(
                 cache.free(sid)
         for seq in result.finished:
             out.finished.append(seq.request_id)
+        assert policy.outstanding() == len(trees) - len(out.finished)
+        for seq in result.finished:
             if cache is not None and seq.request_id in cache.tables:
                 cache.free(seq.request_id)  # a request that never forked
             walker.finish(seq.request_id)
     return out
+
+
+def _check_swaps(policy: ContinuousBatching, plan) -> None:
+    """Host memory holds what the policy counts; nothing of a request there is in the plan."""
+    away = {r.owner for r in policy.swapped}
+    assert policy.swap_used == sum(r.blocks for r in policy.swapped) <= policy.swap_blocks
+    assert not away & {s.owner for s in plan.preempted}, "a swapped request recomputed"
+    assert not away & {m.owner for m in plan.swapped_in}
+    assert not {m.owner for m in plan.swapped_out} & {m.owner for m in plan.swapped_in}
 
 
 def _mirror(cache, plan, decodes: list[int], swapped: dict[int, object]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from apar_helpers import drive, random_tree
-from hypothesis import given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from workbench.apar_trees import BranchTree
@@ -128,6 +128,48 @@ def test_kv_pressure_preempts_whole_requests() -> None:
     out = drive(p, trees, prompts, cache)
     assert out.preemptions > 0 and sorted(out.finished) == list(range(len(trees)))
     assert sum(cache.allocator.refcount) == 0 and p.used_blocks == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    num_blocks=st.integers(20, 60),
+    block_size=st.sampled_from([1, 2]),
+    chunk_size=st.sampled_from([3, 4]),
+    swap_blocks=st.sampled_from([0, 12, 10**6]),
+    max_batch=st.sampled_from([4, 16]),
+)
+# Once a livelock: a root that ended stayed held for children that recompute (they no longer
+# read its blocks), and a prompt too long for the rest kept preempting itself chunk by chunk.
+@example(seed=412, num_blocks=29, block_size=2, chunk_size=4, swap_blocks=10**6, max_batch=16)
+def test_tiny_chunks_under_pressure_always_progress(
+    seed: int, num_blocks: int, block_size: int, chunk_size: int, swap_blocks: int, max_batch: int
+) -> None:
+    torch = pytest.importorskip("torch")
+    from real_backend.kv_cache import PagedKVCache
+
+    rng = np.random.default_rng(seed)
+    trees = [random_tree(rng, 6, 20) for _ in range(int(rng.integers(5, 25)))]
+    prompts = [int(rng.integers(2, 12)) for _ in trees]
+    longest = max(
+        int((tree.context_start(prompt) + np.array(tree.tokens)).max())
+        for tree, prompt in zip(trees, prompts, strict=True)
+    )
+    assume(blocks_for(longest + 1, block_size) <= num_blocks - 2)  # every branch fits alone
+    p = policy(
+        num_blocks=num_blocks,
+        block_size=block_size,
+        max_batch_size=max_batch,
+        max_batched_tokens=chunk_size,
+        chunked_prefill=True,
+        chunk_size=chunk_size,
+        swap_blocks=swap_blocks,
+    )
+    cache = PagedKVCache(1, num_blocks, block_size, 1, 1, dtype=torch.float32)
+    out = drive(p, trees, prompts, cache, max_steps=20_000)
+    assert sorted(out.finished) == list(range(len(trees)))
+    assert sorted(out.emitted.values()) == sorted(t for tree in trees for t in tree.tokens)
+    assert p.used_blocks == 0 and p.swap_used == 0 and not cache.tables
 
 
 @pytest.mark.parametrize("swap_blocks", [10**6, 12])

@@ -12,7 +12,9 @@ Rules (see `ContinuousBatching.fork`):
   descendant is, so a request that ends has released everything.
 - Preemption takes the whole request: every running branch is evicted by recompute and
   later recomputes its own visible context (prompt + what it has seen), without sharing;
-  held blocks are released and waiting forks lose their shared prefix the same way.
+  held blocks are released and waiting forks lose their shared prefix the same way. A
+  branch that recomputes its context reads no ancestor's blocks any more, so none is held
+  for it (`detach`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ class BranchGroup:
     live: set[int] = field(default_factory=set)  # branch ids running or waiting
     parent: dict[int, int] = field(default_factory=dict)  # branch id → the one it forked from
     held: dict[int, int] = field(default_factory=dict)  # ended branch id → blocks it holds
+    # Branches that recompute their whole visible context (preempted by recompute): they no
+    # longer read their ancestors' blocks, so they hold none of them.
+    detached: set[int] = field(default_factory=set)
     preemptions: int = 0  # times the whole request was preempted
 
     @classmethod
@@ -57,11 +62,17 @@ class BranchGroup:
         self.held.clear()
         return released
 
-    def _read_by_others(self, branch: int) -> bool:
-        return any(self._descends(other, branch) for other in (*self.live, *self.held))
+    def detach(self, branch: int) -> None:
+        """`branch` forgot its shared prefix: it will recompute it."""
+        self.detached.add(branch)
 
-    def _descends(self, branch: int, ancestor: int) -> bool:
-        while branch in self.parent:
+    def _read_by_others(self, branch: int) -> bool:
+        return any(self._reads(other, branch) for other in (*self.live, *self.held))
+
+    def _reads(self, branch: int, ancestor: int) -> bool:
+        """Whether `branch` reads `ancestor`'s blocks: a descendant through shared prefixes
+        only (a detached branch reads none above itself)."""
+        while branch not in self.detached and branch in self.parent:
             branch = self.parent[branch]
             if branch == ancestor:
                 return True

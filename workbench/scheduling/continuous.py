@@ -21,7 +21,8 @@ admission watermark; steps are planned one at a time, since a fork may follow an
 With `swap_blocks` of host memory, a request preempted while it has several live branches,
 all of them on the device, is swapped out instead (vLLM's rule: a group of several running
 sequences is swapped, a single sequence recomputed); swapped requests come back, oldest
-first, before any waiting request is admitted.
+first, before any waiting request is admitted (without chunked prefill, none is while any is
+swapped).
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ class ContinuousBatching(BatchPolicy):
         if not preempted or not self.running:
             chunks += self._admit(budget)
         if not chunks and not self.decoding:
-            chunks = self._unblock(budget)
+            chunks = self._unblock(budget)  # nothing decodes: the whole budget is free
         if not chunks and not self.decoding:
             return None  # preemptions only happen to make room for running sequences
         return self._plan(chunks, preempted)
@@ -255,11 +256,14 @@ class ContinuousBatching(BatchPolicy):
         return chunks
 
     def _waiting_head(self) -> Sequence | None:
-        """The next sequence to admit: waiting forks first, then the waiting queue, which
-        waits while a request is swapped out (vLLM: swapped requests come back first)."""
+        """The next sequence to admit: waiting forks first, then the waiting queue. As in
+        vLLM V0, the queue waits while a request is swapped out, unless prefills are chunked
+        (its chunked-prefill scheduler admits prefills after the swapped requests' turn)."""
         if self.forks:
             return self.forks[0]
-        return self.waiting.head() if self.waiting and not self.swapped else None
+        if not self.waiting or (self.swapped and not self.chunked_prefill):
+            return None
+        return self.waiting.head()
 
     def _pop_waiting(self) -> None:
         if self.forks:
@@ -283,7 +287,6 @@ class ContinuousBatching(BatchPolicy):
     def _plan(self, chunks: list[PrefillChunk], preempted: list[Sequence]) -> StepPlan:
         size = len(self.decoding)
         single = chunks or preempted or self.lookahead_slots or self.branching
-        swapped = {b for move in self._moves_out for b in move.branches}
         repeat = 1 if single else self._repeatable_decode_steps()
         if repeat == 1:
             used = np.array([self.used_blocks])
@@ -298,7 +301,7 @@ class ContinuousBatching(BatchPolicy):
             decode_context_max=self.decoding.context_max(self.step),
             emitting=size + sum(c.tokens == c.seq.prefill_remaining for c in chunks),
             kv_blocks_used=used,
-            preempted=self._recomputed(preempted, swapped),
+            preempted=self._recomputed(preempted),
             released=self._released,
             swap_dropped=self._dropped,
             swapped_out=self._moves_out,
@@ -307,12 +310,15 @@ class ContinuousBatching(BatchPolicy):
             replan_at_s=self._admission_changes_at_s() if repeat > 1 else None,
         )
         self.swapped_blocks += plan.swapped_blocks
+        self.swap_outs += len(plan.swapped_out)
         return plan
 
-    def _recomputed(self, preempted: list[Sequence], swapped: set[int]) -> list[Sequence]:
-        """The sequences preempted by recompute: not those swapped out, and a swapped request
-        sent to recompute after all once, though it may have left in this very step."""
-        out = {s.request_id: s for s in preempted if s.request_id not in swapped}
+    def _recomputed(self, preempted: list[Sequence]) -> list[Sequence]:
+        """The sequences preempted by recompute: not those of a request in host memory, and a
+        swapped request sent to recompute after all once, though it may have left in this
+        very step."""
+        away = {r.owner for r in self.swapped}
+        out = {s.request_id: s for s in preempted if s.owner not in away}
         out.update((s.request_id, s) for s in self._given_up)
         return list(out.values())
 
@@ -437,8 +443,11 @@ class ContinuousBatching(BatchPolicy):
         ones newest first, then the swapped one) until a sequence can be admitted or comes
         back."""
         chunks: list[PrefillChunk] = []
-        away = {r.owner for r in self.swapped}  # their held blocks are in host memory
-        while not chunks and not self.decoding:
+        while not chunks:
+            self._swap_in()
+            if self.decoding:
+                break
+            away = {r.owner for r in self.swapped}  # their held blocks are in host memory
             holding = [o for o, g in self.groups.items() if g.held and o not in away]
             if holding:
                 self._preempt_group(holding[-1])
@@ -446,8 +455,7 @@ class ContinuousBatching(BatchPolicy):
                 self._recompute_swapped(self.swapped.popleft())
             else:
                 break
-            self._swap_in()
-            chunks = self._admit(budget - len(self.decoding) * (1 + self.lookahead_slots))
+            chunks = self._admit(budget)
         return chunks
 
     def _recompute_swapped(self, request: SwappedRequest) -> None:
@@ -516,7 +524,6 @@ class ContinuousBatching(BatchPolicy):
         self.swapped.append(request)
         self._moves_out.append(request.move())
         group.preemptions += 1
-        self.swap_outs += 1
 
     def _swap_in(self) -> None:
         """Bring swapped requests back, oldest first, while batch slots, the token budget and
@@ -539,7 +546,12 @@ class ContinuousBatching(BatchPolicy):
                 self.used_blocks += seq.blocks + self.decoding.add(seq, self.step)
             self.used_blocks += need - sum(s.blocks for s in request.running)
             self.forks.extendleft(reversed(request.forks))
-            self._moves_in.append(request.move())
+            out = [m for m in self._moves_out if m.owner == request.owner]
+            if out:  # swapped out while planning this very step: it never left the device
+                self._moves_out.remove(out[0])
+                self.groups[request.owner].preemptions -= 1
+            else:
+                self._moves_in.append(request.move())
 
     def _decode_blocks_now(self, seqs: list[Sequence]) -> int:
         """New blocks `seqs` need for a decode at this step (those whose write starts a block)."""
@@ -565,11 +577,13 @@ class ContinuousBatching(BatchPolicy):
         if victim.is_branch:
             self._waiting_branches += 1
 
-    @staticmethod
-    def _forget_prefix(seq: Sequence) -> None:
+    def _forget_prefix(self, seq: Sequence) -> None:
         seq.computed = 0
         seq.shared_blocks = 0
         seq.parent_id = -1
+        group = self.groups.get(seq.owner)
+        if group is not None:
+            group.detach(seq.request_id)
 
     def _holds_reserved_block(self, seq: Sequence) -> bool:
         if seq.request_id not in self.decoding.members or self._decode_reserved_step != self.step:
