@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 
 from workbench.apar_trees import BranchTree
 from workbench.scheduling.blocks import blocks_for
+from workbench.scheduling.branches import BranchGroup
 from workbench.scheduling.continuous import ContinuousBatching
 from workbench.scheduling.sequence import Sequence
+from workbench.scheduling.swap_space import SwappedRequest
 
 
 def policy(num_blocks: int = 1000, **overrides: int | bool) -> ContinuousBatching:
@@ -233,6 +235,30 @@ def test_swapped_requests_come_back_before_waiting_ones() -> None:
     assert all(not plan.prefills for plan in plans[out_at:back_at])
     assert [c.seq.request_id for c in plans[back_at].prefills] == [2]
     assert p.used_blocks == 0 and p.outstanding() == 0
+
+
+@pytest.mark.parametrize(
+    ("free", "running", "back"), [(5, True, False), (6, True, True), (4, False, True)]
+)
+def test_a_swapped_request_comes_back_above_the_watermark_while_others_run(
+    free: int, running: bool, back: bool
+) -> None:
+    """200 blocks keep a watermark of 2 while anything runs; an idle device waives it. The
+    request holds 4 blocks and its decodes need none new (11 cached tokens, 4-token blocks)."""
+    p = policy(num_blocks=200, swap_blocks=100)
+    if running:
+        p.add(Sequence(0, 0.0, prompt_tokens=8, output_tokens=50), 0.0)
+        p.complete(p.schedule(0.0))
+    root = Sequence(10, 0.0, 8, 20, generated=4, computed=11, blocks=3)
+    child = Sequence(11, 0.0, 8, 20, generated=6, computed=11, blocks=1, owner=10, shared_blocks=2)
+    group = p.groups[10] = BranchGroup.of(root)
+    group.add(child, 10)
+    p.swapped.append(SwappedRequest.of(10, [root, child], [], {}))
+    p.swap_used = 4
+    p.used_blocks = 200 - free
+    p._swap_in()
+    assert bool(p._moves_in) == back and (10 in p.running) == back
+    assert p.used_blocks == 200 - free + (4 if back else 0) and p.swap_used == (0 if back else 4)
 
 
 def test_thousands_of_forks_leave_no_reference_behind() -> None:

@@ -138,6 +138,14 @@ def test_swaps_are_priced_over_the_host_link(tmp_path) -> None:
     assert recomputing.steps.duration_s.sum() == pytest.approx(0.010 * len(recomputing.steps.step))
 
 
+def test_apar_with_a_draft_recomputes_every_preemption(tmp_path) -> None:
+    """The draft's cache would have to move too: with speculation nothing is swapped."""
+    draft = "decoder.speculative={draft: {name: llama-3-8b}, num_speculative_tokens: 2}"
+    records = simulate(scenario(tmp_path, *KV_PRESSURE, draft))
+    assert records.requests.preemptions.sum() > 0
+    assert records.info["apar_swap_outs"] == "0" and records.info["apar_swapped_blocks"] == "0"
+
+
 def _no_swap(scheduler):
     kv = scheduler.kv_cache.model_copy(update={"swap_space_gib": 0.0})
     return scheduler.model_copy(update={"kv_cache": kv})

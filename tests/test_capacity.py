@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.capacity import kv_bytes_per_token_replica, kv_capacity_blocks
+from simulator.capacity import kv_bytes_per_token_replica, kv_capacity_blocks, swap_space
 from simulator.catalogs.hardware import get_gpu
 from simulator.catalogs.models import get_model
 from workbench.errors import WorkbenchError
@@ -58,3 +58,23 @@ def test_kv_heads_replicate_when_tp_exceeds_them() -> None:
     qwen = get_model("qwen2-7b")  # 4 KV heads
     assert kv_bytes_per_token_replica(qwen, 4, "fp16") == qwen.kv_bytes_per_token(2)
     assert kv_bytes_per_token_replica(qwen, 8, "fp16") == 2 * qwen.kv_bytes_per_token(2)
+
+
+@pytest.mark.parametrize(("tp", "per_gpu_kib"), [(1, 2048), (2, 1024), (8, 256), (16, 256)])
+def test_swap_space_counts_one_gpus_share_of_a_block(tp: int, per_gpu_kib: int) -> None:
+    """vLLM's swap_space is per GPU, in blocks of one GPU's share: llama-3-8b bf16 keeps 128
+    KiB a token over 8 KV heads; past 8 ranks the heads are replicated, one per GPU."""
+    kv = KVCacheConfig(swap_space_gib=4)
+    swap = swap_space(get_model("llama-3-8b"), get_gpu("h100-sxm"), tp, "bf16", kv)
+    assert swap.blocks == 4 * GIB // (per_gpu_kib * 1024)
+    assert swap.block_s == pytest.approx(per_gpu_kib * 1024 / 64e9)  # PCIe Gen5, one way
+    assert (
+        swap_space(
+            get_model("llama-3-8b"),
+            get_gpu("h100-sxm"),
+            tp,
+            "bf16",
+            KVCacheConfig(swap_space_gib=0),
+        ).blocks
+        == 0
+    )

@@ -201,3 +201,13 @@ def test_swap_out_refuses_a_block_shared_beyond_the_group():
     assert cache.tables == tables and cache.num_free_blocks == 6
     swapped = cache.swap_out(["p", "c"])
     assert swapped.num_blocks == 2 and cache.num_free_blocks == 8 and not cache.tables
+
+
+def test_swap_space_in_blocks_of_the_cache():
+    from real_backend.serve import swap_blocks
+    from workbench.scenario.kv_cache import KVCacheConfig
+
+    cache = PagedKVCache(2, 8, 4, n_kv_heads=1, head_dim=2)  # fp32
+    assert cache.block_bytes == 2 * 2 * 4 * 1 * 2 * 4  # K and V x layers x tokens x heads x dim
+    assert swap_blocks(KVCacheConfig(swap_space_gib=1), cache) == (1 << 30) // 128
+    assert swap_blocks(KVCacheConfig(swap_space_gib=0), cache) == 0
