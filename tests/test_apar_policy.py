@@ -11,6 +11,7 @@ from apar_helpers import drive, random_tree
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
+from simulator.decoders.apar_trees import longest_branch
 from workbench.apar_trees import BranchTree
 from workbench.scheduling.blocks import blocks_for
 from workbench.scheduling.branches import BranchGroup
@@ -153,10 +154,7 @@ def test_tiny_chunks_under_pressure_always_progress(
     rng = np.random.default_rng(seed)
     trees = [random_tree(rng, 6, 20) for _ in range(int(rng.integers(5, 25)))]
     prompts = [int(rng.integers(2, 12)) for _ in trees]
-    longest = max(
-        int((tree.context_start(prompt) + np.array(tree.tokens)).max())
-        for tree, prompt in zip(trees, prompts, strict=True)
-    )
+    longest = max(longest_branch(t, prompt) for t, prompt in zip(trees, prompts, strict=True))
     assume(blocks_for(longest + 1, block_size) <= num_blocks - 2)  # every branch fits alone
     p = policy(
         num_blocks=num_blocks,
