@@ -39,6 +39,11 @@ from simulator.cost_models.kernel_profiles import (
     read_token_op_points,
 )
 from simulator.cost_models.kernel_times import KernelTimes
+from simulator.cost_models.measured_here import (
+    attention_comparisons,
+    gemm_comparisons,
+    vidur_over_here,
+)
 from simulator.cost_models.roofline import RooflineCostModel
 from workbench.scenario.system import FittedCostConfig, RooflineCostConfig
 
@@ -78,7 +83,13 @@ def main() -> int:
     ):
         print(section(comparisons))
         print()
-    for section_of_data in (cross_gpu_table, op_table, error_sources_table):
+    for section_of_data in (
+        cross_gpu_table,
+        op_table,
+        error_sources_table,
+        measured_here_gemm_table,
+        measured_here_attention_table,
+    ):
         print(section_of_data(args.data))
         print()
     if args.specbench:
@@ -455,6 +466,49 @@ def error_sources_table(root: Path) -> str:
         "with measured GEMMs", "measurements interpolated from their neighbours",
     ]  # fmt: skip
     return "### Where the misses are: share within 10 %\n\n" + table(head, rows)
+
+
+def measured_here_gemm_table(root: Path) -> str:
+    """The H100 GEMMs measured here, by tokens per step: the catalog's H100 fit, the fit made
+    from them, and Vidur's H100 measurement of the same GEMMs, each against ours."""
+    bands = [b for b in TOKEN_BANDS if b[0] <= 4096]
+    rows = []
+    for c in gemm_comparisons(root):
+        mark = " (held out)" if c.held_out else ""
+        for which, label in (("before", "catalog fit"), ("after", "fit on these")):
+            cells = [_band_mean(c.tokens, c.errors(which), band) for band in bands]
+            rows.append([f"{c.model}{mark}, TP {c.tensor_parallel}", label, *cells])
+    for model, tp, tokens, errors in vidur_over_here(root):
+        cells = [_band_mean(tokens, errors, band) for band in bands]
+        rows.append([f"{model}, TP {tp}", "Vidur's H100 measurement", *cells])
+    head = [
+        "model",
+        "against ours",
+        *[f"{lo}–{min(hi, 4096)}" if lo < hi else f"{lo}" for lo, hi in bands],
+    ]
+    return (
+        "### H100 GEMMs measured here: mean error of a layer's four GEMMs by tokens per step\n\n"
+        + table(head, rows)
+    )
+
+
+def _band_mean(tokens: np.ndarray, errors: np.ndarray, band: tuple[int, int]) -> str:
+    keep = (tokens >= band[0]) & (tokens <= band[1])
+    return f"{errors[keep].mean():+.0%}" if keep.any() else "–"
+
+
+def measured_here_attention_table(root: Path) -> str:
+    rows = [
+        [
+            c.source + (" (held out)" if c.held_out else ""),
+            str(len(c.measured_s)),
+            stats(c.errors("before")),
+            stats(c.errors("after")),
+        ]
+        for c in attention_comparisons(root)
+    ]
+    head = ["measured here", "points", "catalog fit", "fit on these"]
+    return "### H100 attention measured here (mean / worst / ≤10 %)\n\n" + table(head, rows)
 
 
 def _layer_errors_with(

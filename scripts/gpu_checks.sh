@@ -7,7 +7,9 @@
 #       [--apar-zoo apar-small --apar-loads "32 128 1000" --apar-copies 4] OUT_DIR [PART ...]
 #
 # PARTs, in order (default: all): env tests calibrate twins kernels speed decoders apar
-# (engine_tests: the CUDA engine tests alone, without the kernels' own).
+# (engine_tests: the CUDA engine tests alone, without the kernels' own; apar_tests: their APAR
+# ones alone; profile: this card's GEMM and decode attention times in Vidur's format, under
+# OUT_DIR/profile, for docs/cost_model_fidelity.md).
 # Every part appends to OUT_DIR/gpu_checks.log; data files land beside it. A part that fails
 # is reported and the next one still runs; the exit status is the number of failed parts.
 # --rates: the twins' request rates; --threads: the torch intra-op threads of the
@@ -71,6 +73,14 @@ part_engine_tests() {
   pytest_on_cuda tests/test_cuda_decoders.py -k "not warm_up" || status=1
   pytest_on_cuda tests/test_cuda_decoders.py -k warm_up || status=1
   return $status
+}
+
+part_apar_tests() {
+  pytest_on_cuda tests/test_cuda_decoders.py -k apar
+}
+
+part_profile() {
+  python3 benchmarks/gpu_kernel_profile.py --out-dir "$OUT/profile" --budget-s 90
 }
 
 pytest_on_cuda() {

@@ -22,6 +22,7 @@ from simulator.cost_models.fit_cli import FitRequest, add_fit_parser, fit_from_f
 from simulator.cost_models.fitted import FittedCostModel
 from simulator.cost_models.kernel_fitting import HoldOut, layer_token_ops_s, predict_op_s
 from simulator.cost_models.kernel_profiles import read_token_op_points
+from simulator.cost_models.measured_here import MEASURED_FIT
 from simulator.cost_models.vidur import VidurProfileCostModel
 from workbench.cli import main
 from workbench.errors import WorkbenchError
@@ -65,10 +66,8 @@ def test_the_fit_beats_the_roofline_below_the_ridge(a100_vidur: list) -> None:
     assert abs(after.mean()) < 0.05
 
 
-@pytest.mark.parametrize("gpu", ["a100-80gb", "h100-sxm", "a40"])
-def test_catalog_fits_are_reproduced_by_their_recorded_commands(gpu: str) -> None:
-    fit = get_gpu(gpu).kernel_fit
-    assert fit is not None and fit.gpu == gpu
+def refit_from_source(fit: KernelFit) -> KernelFit:
+    """The fit its recorded command makes (paths relative to the repository)."""
     parser = argparse.ArgumentParser()
     add_fit_parser(parser.add_subparsers())
     words = shlex.split(fit.source)
@@ -76,10 +75,27 @@ def test_catalog_fits_are_reproduced_by_their_recorded_commands(gpu: str) -> Non
     args = parser.parse_args([*words[1:], "--out", "unused.json"])
     mlps = tuple(p for pattern in args.mlp_csv for p in sorted(ROOT.glob(str(pattern))))
     request = FitRequest(
-        gpu, mlps, tuple(ROOT / p for p in args.attention_csv), args.attention_from,
+        fit.gpu, mlps, tuple(ROOT / p for p in args.attention_csv), args.attention_from,
         HoldOut(frozenset(args.hold_out_model), frozenset(args.hold_out_tp)),
+        elementwise_from=args.elementwise_from,
     )  # fmt: skip
-    refit, _ = fit_from_files(request)
+    return fit_from_files(request)[0]
+
+
+@pytest.mark.parametrize("gpu", ["a100-80gb", "h100-sxm", "a40"])
+def test_catalog_fits_are_reproduced_by_their_recorded_commands(gpu: str) -> None:
+    fit = get_gpu(gpu).kernel_fit
+    assert fit is not None and fit.gpu == gpu
+    assert_same_fit(refit_from_source(fit), fit)
+
+
+def test_the_shipped_measured_h100_fit_is_reproduced_by_its_recorded_command() -> None:
+    fit = KernelFit.from_json(MEASURED_FIT)
+    assert "--elementwise-from h100-sxm" in fit.source
+    assert_same_fit(refit_from_source(fit), fit)
+
+
+def assert_same_fit(refit: KernelFit, fit: KernelFit) -> None:
     for name in KernelFit.__dataclass_fields__:
         if name == "decode_attention_kernel":
             assert refit.decode_attention_kernel == fit.decode_attention_kernel

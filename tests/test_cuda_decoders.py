@@ -93,14 +93,21 @@ def test_lookahead_equals_vanilla(target, decoder_workload, vanilla, shape) -> N
     assert engine.cache.num_free_blocks == engine.cache.allocator.num_blocks
 
 
-@pytest.mark.parametrize(("batch", "blocks"), [(8, 512), (8, 40)], ids=["batched", "preempting"])
-def test_apar_branches_equal_greedy_alone(batch, blocks) -> None:
+@pytest.mark.parametrize(
+    ("batch", "blocks", "swap"),
+    [(8, 512, 0), (8, 40, 0), (8, 40, 10**6), (8, 40, 12)],
+    ids=["batched", "preempting", "swapping", "swap space full"],
+)
+def test_apar_branches_equal_greedy_alone(batch, blocks, swap) -> None:
     model, workload, tokens, eos = random_apar_setup(48)
     model = on_cuda(model)
     engine, records, _ = serve_apar(
-        model, workload, tokens, max_batch_size=batch, num_blocks=blocks, eos=eos
+        model, workload, tokens, max_batch_size=batch, num_blocks=blocks, eos=eos, swap_blocks=swap
     )
     assert check_branches_equal_alone(engine, records, model, workload, tokens, eos) >= 20
+    assert (engine.policy.swap_outs > 0) == (swap > 0)  # blocks went to host memory and back
+    assert (engine.policy.swaps_refused > 0) == (swap == 12)
+    assert not engine._swapped
     assert sum(engine.cache.allocator.refcount) == 0 and not engine.cache.tables
 
 

@@ -19,15 +19,17 @@ from typing import Any
 import numpy as np
 
 from simulator.catalogs.hardware import get_gpu
-from simulator.catalogs.kernel_fit import KernelFit, attention_of
+from simulator.catalogs.kernel_fit import ELEMENTWISE_KINDS, KernelFit, attention_of
 from simulator.cost_models.kernel_fitting import (
     START,
     HoldOut,
     fit_attention,
     fit_token_ops,
     layer_token_ops_s,
+    op_kinds,
     predict_attention_s,
     rounded,
+    token_op_parameters,
 )
 from simulator.cost_models.kernel_profiles import (
     PROFILE_ELEM_BYTES,
@@ -51,6 +53,7 @@ class FitRequest:
     hold_out: HoldOut = field(default_factory=HoldOut)
     statistic: str = "median"
     attention_layout: str = "vidur"  # or "llmservingsim" (kernel_profiles' docstring)
+    elementwise_from: str | None = None  # a catalog GPU for the kinds the profiles lack
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,7 @@ def fit_from_files(request: FitRequest) -> tuple[KernelFit, list[ErrorSummary]]:
     train = [p for p in points if not request.hold_out.holds(p.model, p.tensor_parallel)]
     if not train:
         raise WorkbenchError("every profiled point is held out: nothing to fit", field="--hold-out")
-    fit = fit_token_ops(gpu, train, replace(START, gpu=request.gpu))
+    fit = fit_token_ops(gpu, train, _token_op_base(request, op_kinds(train)))
     attention = [
         p
         for path in request.attention_csvs
@@ -101,6 +104,27 @@ def fit_from_files(request: FitRequest) -> tuple[KernelFit, list[ErrorSummary]]:
     return fit, summaries
 
 
+def _token_op_base(request: FitRequest, kinds: set[str]) -> KernelFit:
+    """Where the token-op fit starts; the parameters of kernel kinds the profiles did not
+    measure come from `--elementwise-from`'s catalog fit (or the request is refused)."""
+    base = replace(START, gpu=request.gpu)
+    if "gemm" not in kinds:
+        raise WorkbenchError("no GEMM columns to fit (attn_pre_proj, ...)", field="--mlp-csv")
+    missing = [k for k in ELEMENTWISE_KINDS if k not in kinds]
+    if not missing:
+        return base
+    donor = get_gpu(request.elementwise_from).kernel_fit if request.elementwise_from else None
+    if donor is None:
+        raise WorkbenchError(
+            f"the profiles time no {', '.join(missing)} kernels: give --elementwise-from GPU "
+            "(a catalog GPU with a fit) to take their parameters from",
+            source=", ".join(str(p) for p in request.mlp_csvs),
+            field="--mlp-csv",
+        )
+    names = token_op_parameters(set(missing))
+    return replace(base, **{name: getattr(donor, name) for name in names})
+
+
 def _with_attention(
     fit: KernelFit, request: FitRequest, attention: list[AttentionPoints]
 ) -> KernelFit:
@@ -109,6 +133,7 @@ def _with_attention(
             "give --attention-csv or --attention-from, not both", field="--attention-from"
         )
     if attention:
+        _check_both_phases(attention)
         return fit_attention(get_gpu(request.gpu), attention, fit)
     donor_name = request.attention_from or request.gpu
     donor = get_gpu(donor_name).kernel_fit
@@ -121,6 +146,23 @@ def _with_attention(
     return replace(fit, **attention_of(donor))
 
 
+def _check_both_phases(attention: list[AttentionPoints]) -> None:
+    """A profile of decodes alone (or prefills alone) would leave the other phase's parameters
+    at their starting guesses: refuse it rather than store unfitted numbers."""
+    for phase, count in (
+        ("decode", sum(len(p.decode_s) for p in attention)),
+        ("prefill", sum(len(p.prefill_s) for p in attention)),
+    ):
+        if count == 0:
+            sources = ", ".join(dict.fromkeys(p.source for p in attention))
+            raise WorkbenchError(
+                f"no {phase} attention rows: fitting attention needs both decode and prefill "
+                "rows (or --attention-from GPU instead)",
+                source=sources,
+                field="--attention-csv",
+            )
+
+
 def _source(request: FitRequest) -> str:
     parts = [f"workbench fit-cost-model --gpu {request.gpu}"]
     parts.append("--mlp-csv " + " ".join(str(p) for p in request.mlp_csvs))
@@ -130,6 +172,8 @@ def _source(request: FitRequest) -> str:
         parts.append(f"--attention-layout {request.attention_layout}")
     if request.attention_from:
         parts.append(f"--attention-from {request.attention_from}")
+    if request.elementwise_from:
+        parts.append(f"--elementwise-from {request.elementwise_from}")
     parts += [f"--hold-out-model {m}" for m in sorted(request.hold_out.models)]
     parts += [f"--hold-out-tp {t}" for t in sorted(request.hold_out.tensor_parallel)]
     return " ".join(parts)
@@ -175,6 +219,11 @@ def add_fit_parser(sub: Any) -> argparse.ArgumentParser:
         "--attention-from", help="reuse this catalog GPU's attention parameters (no profile)"
     )
     cmd.add_argument(
+        "--elementwise-from",
+        help="take the parameters of the elementwise kernels the profiles do not time (norms, "
+        "rope, ...; a GEMM-only profile of benchmarks/gpu_kernel_profile.py) from this catalog GPU",
+    )
+    cmd.add_argument(
         "--hold-out-model", action="append", default=[], help="model (folder name) to check on"
     )
     cmd.add_argument("--hold-out-tp", action="append", default=[], type=int, help="TP to check on")
@@ -191,6 +240,7 @@ def fit_command(args: argparse.Namespace) -> int:
         attention_csvs=tuple(args.attention_csv),
         attention_from=args.attention_from,
         attention_layout=args.attention_layout,
+        elementwise_from=args.elementwise_from,
         hold_out=HoldOut(frozenset(args.hold_out_model), frozenset(args.hold_out_tp)),
         statistic=args.statistic,
     )

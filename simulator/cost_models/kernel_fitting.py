@@ -111,10 +111,23 @@ def _by_batch(batch: np.ndarray) -> list[tuple[int, np.ndarray]]:
     return [(int(b), np.flatnonzero(batch == b)) for b in np.unique(batch)]
 
 
+def op_kinds(points: Sequence[OpPoints]) -> set[str]:
+    """The kernel kinds `points` measure: "gemm" and the elementwise kinds."""
+    return {p.op.kind or "gemm" for p in points if p.op.gemm is not None or p.op.kind}
+
+
+def token_op_parameters(kinds: set[str]) -> tuple[str, ...]:
+    """The token-op parameters points of these kernel kinds pin (the others stay as given)."""
+    return tuple(
+        name for name in TOKEN_OP_PARAMETERS if name.startswith(tuple(f"{k}_" for k in kinds))
+    )
+
+
 def fit_token_ops(gpu: GPUSpec, points: Sequence[OpPoints], base: KernelFit) -> KernelFit:
-    """`base` with the GEMM and elementwise parameters fitted to `points`: every op's
-    relative error, and the relative error of each layer's sum of token ops (what prices a
-    step), weighted as much as its ops together."""
+    """`base` with the parameters of the kernel kinds in `points` fitted to them (the GEMM's
+    and each elementwise kind's): every op's relative error, and the relative error of each
+    layer's sum of token ops (what prices a step), weighted as much as its ops together."""
+    names = token_op_parameters(op_kinds(points))
     measured = np.concatenate([p.measured_s for p in points])
     layers = _layer_groups(points)
     measured_sums = np.concatenate([_layer_sum(group, None) for group in layers])
@@ -123,14 +136,14 @@ def fit_token_ops(gpu: GPUSpec, points: Sequence[OpPoints], base: KernelFit) -> 
     )
 
     def residuals(theta: np.ndarray) -> np.ndarray:
-        times = _times(gpu, _with(base, TOKEN_OP_PARAMETERS, theta))
+        times = _times(gpu, _with(base, names, theta))
         predicted = np.concatenate([predict_op_s(times, p) for p in points])
         sums = np.concatenate([_layer_sum(group, times) for group in layers])
         ops = np.log(predicted / measured)
         return np.concatenate([ops, sum_weight * np.log(sums / measured_sums)])
 
-    theta = levenberg_marquardt(residuals, _encode(base, TOKEN_OP_PARAMETERS))
-    return _with(base, TOKEN_OP_PARAMETERS, theta)
+    theta = levenberg_marquardt(residuals, _encode(base, names))
+    return _with(base, names, theta)
 
 
 def layer_token_ops_s(

@@ -163,6 +163,8 @@ def _llmservingsim_rows(rows: ProfileTable, s: str, extras: list[str]) -> tuple[
 
 
 def _value(rows: ProfileTable, column: str, extra: np.ndarray) -> np.ndarray:
+    if column not in rows.columns:  # a profile of decodes alone, or of prefills alone
+        return np.full(len(rows), np.nan)
     return (rows.numbers(column) + extra) / 1000.0
 
 
