@@ -498,9 +498,11 @@ def _band_mean(tokens: np.ndarray, errors: np.ndarray, band: tuple[int, int]) ->
 
 
 def measured_here_attention_table(root: Path) -> str:
+    """The H100 attention measured here: the catalog's H100 fit (the A100's attention
+    parameters) and the fit on the SDPA kernel's points, which prices the Triton kernel too."""
     rows = [
         [
-            c.source + (" (held out)" if c.held_out else ""),
+            c.source + (" (another kernel)" if c.held_out else ""),
             str(len(c.measured_s)),
             stats(c.errors("before")),
             stats(c.errors("after")),

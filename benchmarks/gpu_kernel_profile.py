@@ -20,19 +20,22 @@ mode other than the first writes ``<folder>.<mode>/``):
 
 - ``flush``: ``triton.testing.do_bench`` (a 256 MB buffer zeroed before every call: the
   inputs come from HBM, behind a cache full of dirty lines to write back first; a call whose
-  host dispatch outlasts the zeroing is timed with the host's gap);
-- ``clean``: a buffer of eight times the L2 *read* before every call (inputs from HBM, the
-  cache clean), CUDA events around the call alone: a forward pass's state, where the previous
-  kernels read other weights;
+  host dispatch outlasts the zeroing is timed with the host's gap; as many calls as fit in
+  20 ms);
+- ``clean``: eight times the L2 *read* before every call, more if the call's host dispatch
+  would outlast it (inputs from HBM, the cache clean), CUDA events around the call alone:
+  a forward pass's state, where the previous kernels read other weights; 20 calls;
 - ``warm``: the same call 16 times back to back in one CUDA graph, as a profiler that repeats
   one op sees it (what of its inputs fits in L2 is read from there the next time);
 - ``rotate`` (GEMMs only): distinct copies of the weight, together at least three L2s, back to
   back in one CUDA graph.
 
-``--budget-s`` stops between points once spent; what was measured by then is written.
+The default, ``rotate clean``, gives the GEMMs' ``rotate`` files and the attention's ``clean``
+ones (``data/profiles/workbench_h100/``). ``--budget-s`` stops between points once spent,
+saying where; what was measured by then is written.
 
-    python benchmarks/gpu_kernel_profile.py --out-dir DIR [--budget-s 120]
-        [--l2 clean flush warm rotate] [--jobs llama-2-7b:1 llama-2-70b:4 attention]
+    python benchmarks/gpu_kernel_profile.py --out-dir DIR [--budget-s 180]
+        [--l2 rotate clean flush warm] [--jobs llama-2-7b:1 llama-2-70b:4 attention]
 """
 
 from __future__ import annotations
@@ -71,8 +74,8 @@ PREFILL_CACHED = [0, 256, 1024, 2048, 4096]
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out-dir", type=Path, required=True)
-    parser.add_argument("--budget-s", type=float, default=120.0, help="stop between points after")
-    parser.add_argument("--l2", nargs="+", choices=L2_MODES, default=["clean"])
+    parser.add_argument("--budget-s", type=float, default=180.0, help="stop between points after")
+    parser.add_argument("--l2", nargs="+", choices=L2_MODES, default=["rotate", "clean"])
     parser.add_argument("--jobs", nargs="+", default=JOBS, help="MODEL:TP or attention")
     return parser.parse_args(argv)
 
@@ -93,16 +96,18 @@ def timed_ms(mode: str, calls: list[Callable[[], object]]) -> dict[str, float]:
 
 
 def clean_cache_ms(call: Callable[[], object], reps: int = 20) -> dict[str, float]:
-    """Events around ``call`` alone, a read of eight times the L2 before each (the cache left
-    clean: nothing to write back, nothing of the inputs left in it). Eight, not two: the read
-    must outlast the host's dispatch of the call (SDPA's takes tens of microseconds), or the
-    events would time the host."""
+    """Events around ``call`` alone, eight L2s or more read before each (the cache left clean:
+    nothing to write back, nothing of the inputs left in it). The read must outlast the host's
+    dispatch of the call (SDPA's takes tens of microseconds), or the events would time the
+    host: it is repeated until it takes four times that dispatch."""
     l2 = torch.cuda.get_device_properties(DEVICE).L2_cache_size
     evictor = torch.ones(8 * l2 // 4, device=DEVICE, dtype=torch.float32)
     call()  # compiles, picks cuBLAS kernels
+    reads = reads_to_outlast(call, lambda: evictor.sum())
     events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
     for _ in range(reps):
-        evictor.sum()  # queued ahead: the call's launch waits on the GPU, not on the host
+        for _ in range(reads):
+            evictor.sum()  # queued ahead: the call's launch waits on the GPU, not on the host
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         call()
@@ -110,6 +115,22 @@ def clean_cache_ms(call: Callable[[], object], reps: int = 20) -> dict[str, floa
         events.append((start, end))
     torch.cuda.synchronize()
     return summary([start.elapsed_time(end) for start, end in events])
+
+
+def reads_to_outlast(call: Callable[[], object], read: Callable[[], object]) -> int:
+    """How many ``read`` kernels take four times the host's dispatch of ``call``."""
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    for _ in range(5):
+        call()
+    host_ms = (time.perf_counter() - began) * 1e3 / 5
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    read()
+    end.record()
+    end.synchronize()
+    return max(1, math.ceil(4 * host_ms / start.elapsed_time(end)))
 
 
 def graph_ms(calls: list[Callable[[], object]], replays: int = 10) -> dict[str, float]:
@@ -166,7 +187,7 @@ def gemm_rows(
         num_tensor_parallel_workers=tp,
     )  # fmt: skip
     for tokens in TOKENS:
-        if time.monotonic() > deadline:
+        if spent(deadline, f"{spec.name} at TP {tp}, {tokens} tokens"):
             return
         rows: dict[str, dict[str, object]] = {m: {**keys, "num_tokens": tokens} for m in modes}
         for name, ws in weights.items():
@@ -208,7 +229,9 @@ def prefill_points() -> Iterator[tuple[int, int]]:
                 yield chunk, cached
 
 
-def sdpa_flash_call(batch: int, queries: int, cached: int, heads: int, kv_heads: int) -> Callable:
+def sdpa_flash_call(
+    batch: int, queries: int, cached: int, heads: int, kv_heads: int
+) -> Callable[[], torch.Tensor]:
     """SDPA's FlashAttention backend over contiguous K/V with GQA; ``queries`` new tokens per
     sequence attend every cached key and the new ones causally (lower-right aligned)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -245,7 +268,8 @@ def triton_paged_call(batch: int, queries: int, cached: int, heads: int, kv_head
     return lambda: paged_tree_attention(q, k_cache, v_cache, tables, context, new, None, scale)
 
 
-KERNELS = {"sdpa_flash": sdpa_flash_call, "triton_paged": triton_paged_call}
+KernelCall = Callable[[int, int, int, int, int], Callable[[], torch.Tensor]]
+KERNELS: dict[str, KernelCall] = {"sdpa_flash": sdpa_flash_call, "triton_paged": triton_paged_call}
 
 
 def key_slots(kernel: str, keys: int) -> int:
@@ -268,7 +292,7 @@ def attention_rows(
     points = [(b, 1, c) for b, c in decode_points()]
     points += [(1, chunk, c) for chunk, c in prefill_points()]
     for batch, queries, cached in points:
-        if time.monotonic() > deadline:
+        if spent(deadline, f"{kernel}, batch {batch}, {queries} queries, {cached} cached"):
             return
         call = KERNELS[kernel](batch, queries, cached, heads, kv_heads)
         if not runs(call, f"{kernel} at batch {batch}, {queries} queries, {cached} cached"):
@@ -282,6 +306,14 @@ def attention_rows(
         for mode in modes:
             yield mode, {**row, **stat_columns(op, timed_ms(mode, [call]))}
         torch.cuda.empty_cache()
+
+
+def spent(deadline: float, next_point: str) -> bool:
+    """Whether the budget is spent; if so, says which point the job stops before."""
+    if time.monotonic() <= deadline:
+        return False
+    print(f"budget spent: stopped before {next_point}", flush=True)
+    return True
 
 
 def runs(call: Callable[[], object], what: str) -> bool:
@@ -308,7 +340,9 @@ def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
     print(f"wrote {len(rows)} rows to {path}", flush=True)
 
 
-def job_rows(job: str, modes: list[str], deadline: float) -> Iterator[tuple[str, dict]]:
+def job_rows(
+    job: str, modes: list[str], deadline: float
+) -> Iterator[tuple[str, dict[str, object]]]:
     """(folder, row) pairs of one job: ``attention``, or ``MODEL:TP`` for its GEMMs."""
     if job == "attention":
         kept = [m for m in modes if m != "rotate"]  # one call's inputs: nothing to rotate over

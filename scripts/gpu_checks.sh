@@ -8,7 +8,7 @@
 #
 # PARTs, in order (default: all): env tests calibrate twins kernels speed decoders apar
 # (engine_tests: the CUDA engine tests alone, without the kernels' own; apar_tests: their APAR
-# ones alone; profile: this card's GEMM and decode attention times in Vidur's format, under
+# ones alone; profile: this card's GEMM and attention times in Vidur's format, under
 # OUT_DIR/profile, for docs/cost_model_fidelity.md).
 # Every part appends to OUT_DIR/gpu_checks.log; data files land beside it. A part that fails
 # is reported and the next one still runs; the exit status is the number of failed parts.
@@ -80,7 +80,8 @@ part_apar_tests() {
 }
 
 part_profile() {
-  python3 benchmarks/gpu_kernel_profile.py --out-dir "$OUT/profile" --budget-s 90
+  python3 benchmarks/gpu_kernel_profile.py --out-dir "$OUT/profile" --budget-s 150 \
+    --l2 rotate clean --jobs llama-2-7b:1 llama-2-70b:4 attention
 }
 
 pytest_on_cuda() {

@@ -13,6 +13,7 @@ import numpy as np
 from simulator.catalogs.hardware import get_gpu
 from simulator.catalogs.kernel_fit import ELEMENTWISE_KINDS, KernelFit
 from simulator.cost_models.fidelity import DEFAULT_DATA
+from simulator.cost_models.kernel_fitting import START
 from simulator.cost_models.kernel_profiles import read_attention_points
 from simulator.cost_models.measured_here import (
     attention_comparisons,
@@ -103,5 +104,16 @@ def test_a_gemm_only_profile_takes_the_other_kernels_from_a_named_gpu(
             name = f"{kind}_{term}"
             assert getattr(fit, name) == getattr(donor, name), name
     fitted = {f.name for f in dataclasses.fields(fit) if f.name.startswith("gemm_")}
-    assert all(getattr(fit, name) != getattr(donor, name) for name in fitted)
+    for name in fitted:  # fitted to the points: neither the donor's nor the starting guess
+        assert getattr(fit, name) not in (getattr(donor, name), getattr(START, name)), name
     assert "--elementwise-from a100-80gb" in fit.source
+
+
+def test_elementwise_from_with_a_complete_profile_is_refused(tmp_path: Path, capsys) -> None:
+    complete = DEFAULT_DATA / "vidur/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv"
+    out = tmp_path / "fit.json"
+    args = ["fit-cost-model", "--gpu", "h100-sxm", "--mlp-csv", str(complete)]
+    assert main([*args, "--elementwise-from", "a100-80gb", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "every elementwise kind" in err and "--elementwise-from" in err and "\n" not in err
+    assert not out.exists()

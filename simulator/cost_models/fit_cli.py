@@ -108,18 +108,33 @@ def _token_op_base(request: FitRequest, kinds: set[str]) -> KernelFit:
     """Where the token-op fit starts; the parameters of kernel kinds the profiles did not
     measure come from `--elementwise-from`'s catalog fit (or the request is refused)."""
     base = replace(START, gpu=request.gpu)
+    files = ", ".join(str(p) for p in request.mlp_csvs)
     if "gemm" not in kinds:
-        raise WorkbenchError("no GEMM columns to fit (attn_pre_proj, ...)", field="--mlp-csv")
+        raise WorkbenchError(
+            "no GEMM columns to fit (attn_pre_proj, ...)", source=files, field="--mlp-csv"
+        )
     missing = [k for k in ELEMENTWISE_KINDS if k not in kinds]
     if not missing:
+        if request.elementwise_from:
+            raise WorkbenchError(
+                "the profiles time every elementwise kind: nothing to take from "
+                f"{request.elementwise_from!r}",
+                field="--elementwise-from",
+            )
         return base
-    donor = get_gpu(request.elementwise_from).kernel_fit if request.elementwise_from else None
-    if donor is None:
+    if not request.elementwise_from:
         raise WorkbenchError(
             f"the profiles time no {', '.join(missing)} kernels: give --elementwise-from GPU "
             "(a catalog GPU with a fit) to take their parameters from",
-            source=", ".join(str(p) for p in request.mlp_csvs),
+            source=files,
             field="--mlp-csv",
+        )
+    donor = get_gpu(request.elementwise_from).kernel_fit
+    if donor is None:
+        raise WorkbenchError(
+            f"the catalog has no kernel fit for {request.elementwise_from!r} to take the "
+            f"{', '.join(missing)} kernels' parameters from",
+            field="--elementwise-from",
         )
     names = token_op_parameters(set(missing))
     return replace(base, **{name: getattr(donor, name) for name in names})

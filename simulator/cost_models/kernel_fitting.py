@@ -21,11 +21,14 @@ from simulator.cost_models.kernel_times import KernelTimes
 from simulator.cost_models.least_squares import levenberg_marquardt
 from workbench.errors import WorkbenchError
 
-TOKEN_OP_PARAMETERS = (
+GEMM_PARAMETERS = (
     "gemm_compute_efficiency",
     "gemm_memory_efficiency",
     "gemm_overlap",
     "gemm_launch_s",
+)
+TOKEN_OP_PARAMETERS = (
+    *GEMM_PARAMETERS,
     *(f"{kind}_{term}" for kind in ELEMENTWISE_KINDS for term in ("memory_efficiency", "launch_s")),
 )
 _MICROSECOND = 1e-6
@@ -118,9 +121,11 @@ def op_kinds(points: Sequence[OpPoints]) -> set[str]:
 
 def token_op_parameters(kinds: set[str]) -> tuple[str, ...]:
     """The token-op parameters points of these kernel kinds pin (the others stay as given)."""
-    return tuple(
-        name for name in TOKEN_OP_PARAMETERS if name.startswith(tuple(f"{k}_" for k in kinds))
-    )
+    names = GEMM_PARAMETERS if "gemm" in kinds else ()
+    for kind in ELEMENTWISE_KINDS:
+        if kind in kinds:
+            names += (f"{kind}_memory_efficiency", f"{kind}_launch_s")
+    return names
 
 
 def fit_token_ops(gpu: GPUSpec, points: Sequence[OpPoints], base: KernelFit) -> KernelFit:
