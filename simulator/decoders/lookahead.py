@@ -40,4 +40,10 @@ def lookahead_step_model(
     acceptance = AcceptanceDistribution.histogram(counts, k)
     extra = np.full(k + 1, cfg.max_draft_tokens, dtype=np.int64)
     drafted = cfg.candidates * (cfg.ngram - 1)
-    return StepModel(acceptance, extra, drafts_with_model=False, drafted_per_step=drafted)
+    return StepModel(
+        acceptance,
+        extra,
+        drafts_with_model=False,
+        drafted_per_step=drafted,
+        host_s=cfg.host_overhead_ms / 1e3,
+    )

@@ -26,6 +26,7 @@ class StepModel:
     drafts_with_model: bool  # a draft model proposes (its forwards cost time too)
     tree: bool = False  # the draft is a token tree: one draft forward per level
     drafted_per_step: int | None = None  # recorded drafts per sequence; None: the extra tokens
+    host_s: float = 0.0  # the implementation's host work per step beyond the forward
 
     def extra_tokens(self, caps: np.ndarray) -> np.ndarray:
         """(b,) target tokens computed beyond one per sequence."""

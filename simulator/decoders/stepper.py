@@ -4,8 +4,9 @@ The replica plans such steps one at a time (a policy with lookahead slots never 
 step). Before the step runs, the stepper reads each decoding sequence's exact progress,
 draws the tokens it will emit beyond the first (capped by its room), and prices the step:
 the target's forward (prefill chunks, plus 1 + extra tokens per decoding sequence, each
-extra token attending to its sequence's KV and the step's earlier tokens) and, for
-speculative decoding, the draft model's forwards before it. APAR's speculating branches also
+extra token attending to its sequence's KV and the step's earlier tokens), the decoder
+implementation's own host work if the scenario gives it (lookahead's `host_overhead_ms`)
+and, for speculative decoding, the draft model's forwards before it. APAR's speculating branches also
 stop at their next fork (`limit`).
 """
 
@@ -91,7 +92,7 @@ class MultiTokenStepper:
             decode_extra_tokens=int(extra.sum()),
             decode_extra_context_sum=int(np.dot(extra, context) + (extra * (extra + 1)).sum() // 2),
         )
-        duration_s = target.step_time_s(work)
+        duration_s = target.step_time_s(work) + self.model.host_s
         if self.draft is not None:
             duration_s += self._draft_s(seqs, generated, caps, accepted)
         drafted = int(self.model.drafted_tokens(caps).sum())

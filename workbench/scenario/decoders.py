@@ -192,6 +192,14 @@ class LookaheadDecoderConfig(StrictModel):
         default=None,
         description="Simulator: a run id (prefix) whose recorded tokens per step to replay.",
     )
+    host_overhead_ms: float = Field(
+        default=0.0,
+        ge=0,
+        description="Simulator: host time per step of the lookahead implementation beyond "
+        "the model's forward (its n-gram pool, inputs, mask and cache moves), added to "
+        "every step that decodes with it; 0: none beyond the cost model's. Spec-Bench's "
+        "scenarios set LADE's, measured by benchmarks/specbench_lookahead_host.py.",
+    )
 
     @property
     def step_tokens(self) -> int:
