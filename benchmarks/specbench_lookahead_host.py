@@ -51,6 +51,8 @@ from typing import Any
 import torch
 
 ZOO_SMALL = Path.home() / ".cache" / "decoding-workbench" / "zoo" / "small" / "target"
+METHODS = ("HF greedy", "LADE W7 N5 G7")
+FILL_STEPS = 2  # LADE's first decode steps fill its lookahead levels, without pool or guesses
 PROMPT_MODULES = ("textwrap", "json/decoder", "csv", "shlex", "fractions", "heapq")  # stdlib
 
 
@@ -112,12 +114,13 @@ class ForwardClock:
         the prompt's): its layers, its LM head, and the rest until the next forward's first
         layer."""
         t = {k: 1e3 * torch.tensor(v, dtype=torch.float64) for k, v in self.times.items()}
-        if not len(emitted) == len(t["start"]) == len(t["end"]) == len(t["head"]):
+        counts = {len(emitted), *(len(v) for v in t.values())}
+        if len(counts) != 1:
             raise RuntimeError(f"{len(t['start'])} forwards timed, {len(emitted)} counted")
         head = t["headed"] - t["head"]
         between = t["start"][1:] - t["end"][:-1] - head[:-1]
         inside = t["end"] - t["start"]
-        return [
+        return [  # a run's first steps are warm-up: LADE's fill its levels (`FILL_STEPS`)
             Step(
                 self.count,
                 float(inside[i]),
@@ -126,7 +129,7 @@ class ForwardClock:
                 self.widths[i],
                 emitted[i] - 1,
             )
-            for i in range(1, len(emitted) - 1)
+            for i in range(1 + FILL_STEPS, len(emitted) - 1)
         ]
 
 
@@ -187,17 +190,16 @@ def measure_all(args: argparse.Namespace) -> int:
     return 0
 
 
-METHODS = ("HF greedy", "LADE W7 N5 G7")
-
-
 def deepened(transformers: Any, zoo: Path, layers: int) -> Any:
     """The zoo model with pass-through layers appended up to `layers` (see the module's
     docstring): the same greedy tokens, a deep model's ops."""
-    model = transformers.LlamaForCausalLM.from_pretrained(zoo).eval()
+    # Eager attention: transformers 4.37.1 uses SDPA only from torch 2.1.1, and Spec-Bench's
+    # leaderboard ran torch 2.0.1, so both methods there ran eager attention with a 4D mask.
+    model = transformers.LlamaForCausalLM.from_pretrained(zoo, attn_implementation="eager").eval()
     trained = model.model.layers
     config = model.config
     config.num_hidden_layers = layers
-    deep = transformers.LlamaForCausalLM(config).eval()
+    deep = transformers.LlamaForCausalLM._from_config(config, attn_implementation="eager").eval()
     deep.load_state_dict(model.state_dict(), strict=False)  # the trained layers, norm, embedding
     for index in range(len(trained), layers):
         layer = deep.model.layers[index]
@@ -306,15 +308,22 @@ def generate(
 ) -> tuple[list[int], list[int]]:
     """(the new tokens, how many each forward emitted: LADE's accept lengths, 1 each for HF
     greedy)."""
+    before = os.environ.get("USE_LADE")
     os.environ["USE_LADE"] = "1" if lookahead else "0"  # Spec-Bench's switch
-    with torch.no_grad():
-        out = model.generate(
-            prompt,
-            attention_mask=torch.ones_like(prompt),
-            do_sample=False,
-            max_new_tokens=new_tokens,
-            pad_token_id=0,
-        )
+    try:
+        with torch.no_grad():
+            out = model.generate(
+                prompt,
+                attention_mask=torch.ones_like(prompt),
+                do_sample=False,
+                max_new_tokens=new_tokens,
+                pad_token_id=0,
+            )
+    finally:
+        if before is None:
+            del os.environ["USE_LADE"]
+        else:
+            os.environ["USE_LADE"] = before
     if lookahead:  # LADE's generate: (ids, steps - 1, accept lengths)
         return out[0][0, prompt.shape[1] :].tolist(), list(out[2])
     new = out[0, prompt.shape[1] :].tolist()

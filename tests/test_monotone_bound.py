@@ -62,3 +62,7 @@ def test_matches_every_subset_tried(measured: list[float], tolerance: float) -> 
     assert most_within_monotone(tokens, np.array(measured), tolerance) == _brute_force(
         measured, tolerance
     )
+
+
+def test_no_points_fit_none() -> None:
+    assert most_within_monotone(np.zeros(0), np.zeros(0), 0.1) == 0

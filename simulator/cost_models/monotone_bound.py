@@ -30,4 +30,4 @@ def most_within_monotone(tokens: np.ndarray, measured: np.ndarray, tolerance: fl
         fits = lowest[:-1] <= high  # subsets of c points this band can extend
         extended = np.where(fits, np.maximum(lowest[:-1], low), np.inf)
         lowest[1:] = np.minimum(lowest[1:], extended)
-    return int(np.flatnonzero(np.isfinite(lowest)).max())
+    return int(np.isfinite(lowest[1:]).sum())  # subsets of every size up to the largest

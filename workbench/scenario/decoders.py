@@ -196,9 +196,10 @@ class LookaheadDecoderConfig(StrictModel):
         default=0.0,
         ge=0,
         description="Simulator: host time per step of the lookahead implementation beyond "
-        "the model's forward (its n-gram pool, inputs, mask and cache moves), added to "
-        "every step that decodes with it; 0: none beyond the cost model's. Spec-Bench's "
-        "scenarios set LADE's, measured by benchmarks/specbench_lookahead_host.py.",
+        "the model's forward (its n-gram pool, inputs, mask and cache moves), added once to "
+        "every step that decodes with it, whatever the batch (LADE, which Spec-Bench's "
+        "scenarios model with it, decodes one sequence at a time); 0: none beyond the cost "
+        "model's. Measured by benchmarks/specbench_lookahead_host.py.",
     )
 
     @property
