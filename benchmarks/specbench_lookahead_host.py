@@ -110,9 +110,9 @@ class ForwardClock:
         return hook
 
     def steps(self, emitted: list[int]) -> list[Step]:
-        """Forward i emitted `emitted[i]` tokens. From the second forward on (the first is
-        the prompt's): its layers, its LM head, and the rest until the next forward's first
-        layer."""
+        """Forward i emitted `emitted[i]` tokens. Each decode step after the warm-up (the
+        prompt's forward and `FILL_STEPS` more) but the last: its layers, its LM head, and
+        the rest until the next forward's first layer."""
         t = {k: 1e3 * torch.tensor(v, dtype=torch.float64) for k, v in self.times.items()}
         counts = {len(emitted), *(len(v) for v in t.values())}
         if len(counts) != 1:
@@ -120,7 +120,7 @@ class ForwardClock:
         head = t["headed"] - t["head"]
         between = t["start"][1:] - t["end"][:-1] - head[:-1]
         inside = t["end"] - t["start"]
-        return [  # a run's first steps are warm-up: LADE's fill its levels (`FILL_STEPS`)
+        return [
             Step(
                 self.count,
                 float(inside[i]),
