@@ -49,4 +49,10 @@ def speculative_step_model(
         acceptance = AcceptanceDistribution.histogram(calibrated_counts, k)
     else:
         acceptance = AcceptanceDistribution.from_config(cfg.acceptance, k)
-    return StepModel(acceptance, shape, drafts_with_model=True, tree=cfg.tree is not None)
+    return StepModel(
+        acceptance,
+        shape,
+        drafts_with_model=True,
+        tree=cfg.tree is not None,
+        host_s=cfg.host_overhead_ms / 1e3,
+    )

@@ -5,7 +5,7 @@ step). Before the step runs, the stepper reads each decoding sequence's exact pr
 draws the tokens it will emit beyond the first (capped by its room), and prices the step:
 the target's forward (prefill chunks, plus 1 + extra tokens per decoding sequence, each
 extra token attending to its sequence's KV and the step's earlier tokens), the decoder
-implementation's own host work if the scenario gives it (lookahead's `host_overhead_ms`)
+implementation's own host work if the scenario gives it (the decoder's `host_overhead_ms`)
 and, for speculative decoding, the draft model's forwards before it. APAR's speculating
 branches also stop at their next fork (`limit`).
 """

@@ -117,6 +117,21 @@ class AdaptiveKConfig(StrictModel):
     window: int = Field(default=8, gt=0, description="Recent steps the acceptance is taken over.")
 
 
+# A decoder implementation's own host work per step (simulator only).
+HostOverheadMs = Annotated[
+    float,
+    Field(
+        ge=0,
+        description="Simulator: host time per step of the decoder's implementation beyond "
+        "the model's forwards (LADE's n-gram pool, inputs, mask and cache moves; HF assisted "
+        "generation's draft call, token matching and cache crops), added once to every step "
+        "that decodes with it, whatever the batch (Spec-Bench's scenarios, which set it, "
+        "decode one sequence at a time); 0: none beyond the cost model's. Measured for "
+        "Spec-Bench's implementations by benchmarks/specbench_host.py.",
+    ),
+]
+
+
 class SpeculativeDecoderConfig(SamplingConfig):
     kind: Literal["speculative"] = Field(
         description="A draft model proposes tokens; the target verifies them in one forward."
@@ -144,6 +159,7 @@ class SpeculativeDecoderConfig(SamplingConfig):
         description="Simulator: a run id (prefix) in the database whose recorded accepted-"
         "tokens histogram replaces `acceptance`.",
     )
+    host_overhead_ms: HostOverheadMs = 0.0
 
     @model_validator(mode="after")
     def _compatible(self) -> SpeculativeDecoderConfig:
@@ -192,15 +208,7 @@ class LookaheadDecoderConfig(StrictModel):
         default=None,
         description="Simulator: a run id (prefix) whose recorded tokens per step to replay.",
     )
-    host_overhead_ms: float = Field(
-        default=0.0,
-        ge=0,
-        description="Simulator: host time per step of the lookahead implementation beyond "
-        "the model's forward (its n-gram pool, inputs, mask and cache moves), added once to "
-        "every step that decodes with it, whatever the batch (LADE, which Spec-Bench's "
-        "scenarios model with it, decodes one sequence at a time); 0: none beyond the cost "
-        "model's. Measured by benchmarks/specbench_lookahead_host.py.",
-    )
+    host_overhead_ms: HostOverheadMs = 0.0
 
     @property
     def step_tokens(self) -> int:
