@@ -403,7 +403,8 @@ def sps_fitted_table(runs: dict[str, list[Step]], rows: dict[str, tuple[int, flo
     as for LADE. At each row (k = `SPS_DRAFTS`): SpS's outside time less one HF greedy
     step's at the target's depth and k of HF greedy on the draft alone (what the simulator
     already charges as each forward's step overhead): the host work assisted generation
-    adds."""
+    adds; from the fits (the draft's: its steps' mean), and from medians throughout (SpS's
+    steps with exactly k draft forwards at that depth, HF greedy's, the draft alone's)."""
     baseline, sps, _ = runs
     hf_fit = _fit(runs[baseline])
     sps_fit = _fit(runs[sps], sps=True)
@@ -417,8 +418,9 @@ def sps_fitted_table(runs: dict[str, list[Step]], rows: dict[str, tuple[int, flo
         f"{statistics.fmean(s.draft_ms for s in runs[sps]):.2f} ms of draft compute",
         "",
         f"| Spec-Bench row | layers | tokens per step | SpS outside ms (k = {SPS_DRAFTS}) "
-        "| HF outside ms, target | × k, draft | SpS's extra ms per step |",
-        "|---|---|---|---|---|---|---|",
+        "| HF outside ms, target | × k, draft | SpS's extra ms per step "
+        "| the same from medians |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     draft_step = statistics.fmean(s.outside_ms for s in runs[DRAFT_BASELINE])
     for row, (layers, per_step) in rows.items():
@@ -427,9 +429,21 @@ def sps_fitted_table(runs: dict[str, list[Step]], rows: dict[str, tuple[int, flo
         extra = outside - target_step - SPS_DRAFTS * draft_step
         lines.append(
             f"| {row} | {layers} | {per_step:.2f} | {outside:.2f} | {target_step:.2f} "
-            f"| {SPS_DRAFTS * draft_step:.2f} | {extra:.2f} |"
+            f"| {SPS_DRAFTS * draft_step:.2f} | {extra:.2f} | {_median_extra(runs, layers)} |"
         )
     return "\n".join(lines)
+
+
+def _median_extra(runs: dict[str, list[Step]], layers: int) -> str:
+    """SpS's extra at `layers` from medians: its steps with `SPS_DRAFTS` draft forwards, less
+    HF greedy's step and `SPS_DRAFTS` of the draft alone's ("–" without such steps)."""
+    baseline, sps, _ = runs
+    mine = [s.outside_ms for s in runs[sps] if s.layers == layers and s.drafted == SPS_DRAFTS]
+    greedy = [s.outside_ms for s in runs[baseline] if s.layers == layers]
+    if not mine or not greedy:
+        return "–"
+    draft = statistics.median(s.outside_ms for s in runs[DRAFT_BASELINE])
+    return f"{statistics.median(mine) - statistics.median(greedy) - SPS_DRAFTS * draft:.2f}"
 
 
 def _coefficients(fits: dict[str, list[float]], names: str) -> list[str]:

@@ -75,13 +75,14 @@ def root_answer(
     model: Any, prompt: list[int], new: int, ids: dict[str, int], *, forks: bool = True
 ) -> list[int]:
     """The root branch's greedy tokens (up to `new`, EOS left out) under APAR's logit rules
-    for a root: the child token never, no fork right after a fork, none at all if not `forks`."""
+    for a root: the child token never, no fork right after a fork, none at all if not `forks`.
+    Each token recomputes the whole sequence: a few thousand short forwards of a small model,
+    and no reliance on the library's cache arguments, which `transformers` renames across
+    versions (5.x deprecates `past_key_values` for `LlamaForCausalLM.forward`)."""
     fork_id = ids[FORK]
-    inputs = torch.tensor([prompt])
-    past, out_ids = None, []
+    tokens, out_ids = list(prompt), []
     for _ in range(new):
-        out = model(input_ids=inputs, past_key_values=past, use_cache=True)
-        past, logits = out.past_key_values, out.logits[0, -1].clone()
+        logits = model(input_ids=torch.tensor([tokens])).logits[0, -1].clone()  # (V,)
         logits[ids[CHILD]] = float("-inf")
         if not forks or (out_ids and out_ids[-1] == fork_id):
             logits[fork_id] = float("-inf")
@@ -89,7 +90,7 @@ def root_answer(
         if token == ids[EOS]:
             break
         out_ids.append(token)
-        inputs = torch.tensor([[token]])
+        tokens.append(token)
     return out_ids
 
 
