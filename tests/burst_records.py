@@ -9,19 +9,28 @@ import numpy as np
 from fixtures_records import make_meta
 
 from workbench.records import EmissionSpans, RequestRecords, RunMeta, RunRecords, StepRecords
+from workbench.scenario.decoders import AdaptiveKConfig
+from workbench.scheduling.adaptive_draft import AdaptiveDraftLength
 
 STEP_S = 0.01
 PROMPT_TOKENS = 10
 
 
 def sequential_run(
-    outputs: list[int], accept: Callable[[int], int], k: int, category: list | None = None
+    outputs: list[int],
+    accept: Callable[[int], int] | list[Callable[[int], int]],
+    k: int,
+    category: list | None = None,
+    adaptive: AdaptiveKConfig | None = None,
 ) -> RunRecords:
     """Request i emits outputs[i] tokens: one at its prefill step, then per decode step
-    1 + min(accept(room), room) with room = tokens left − 1; k drafts (capped) per step."""
+    1 + min(accept(room), drafted) with room = tokens left − 1 and drafted = min(k, room)
+    (with `adaptive`: the adaptive rule's length instead of k); `accept` may be a list, one
+    per request."""
     steps: list[tuple[int, int, int, int, int]] = []  # prefill, decode, emitted, drafted, accepted
     spans: list[tuple[int, int, int]] = []  # request, step, tokens
     first_step, last_step = [], []
+    rule = None if adaptive is None else AdaptiveDraftLength(k, adaptive)
     for request, output in enumerate(outputs):
         first_step.append(len(steps))
         steps.append((PROMPT_TOKENS, 0, 1, 0, 0))
@@ -29,8 +38,12 @@ def sequential_run(
         emitted = 1
         while emitted < output:
             room = output - emitted - 1
-            extra = min(accept(room), room)
-            steps.append((0, 1, 1 + extra, min(k, room), extra))
+            drafted = min(k if rule is None else rule.length(request), room)
+            draw = accept[request] if isinstance(accept, list) else accept
+            extra = min(draw(room), drafted)
+            if rule is not None:
+                rule.remember(request, extra)
+            steps.append((0, 1, 1 + extra, drafted, extra))
             spans.append((request, len(steps) - 1, 1 + extra))
             emitted += 1 + extra
         last_step.append(len(steps) - 1)
@@ -68,8 +81,13 @@ def _records(outputs, steps, spans, first_step, last_step, category) -> RunRecor
     return RunRecords(requests, step_records, emissions)
 
 
-def speculative_meta(run_id: str, k: int, backend: str = "real") -> RunMeta:
-    config = {"name": "spec", "decoder": {"kind": "speculative", "num_speculative_tokens": k}}
+def speculative_meta(
+    run_id: str, k: int, backend: str = "real", adaptive: dict | None = None
+) -> RunMeta:
+    decoder = {"kind": "speculative", "num_speculative_tokens": k}
+    if adaptive is not None:
+        decoder["adaptive"] = adaptive
+    config = {"name": "spec", "decoder": decoder}
     return make_meta(
         run_id, config=config, backend=backend, decoder="speculative", scenario_name="spec"
     )

@@ -71,4 +71,4 @@ def test_thousands_of_sequence_steps_under_preemption_leave_no_block(config):
     for cache in (engine.cache, engine.decoder.drafter.cache):
         assert cache.num_free_blocks == cache.allocator.num_blocks
         assert not cache.tables
-    assert not engine.decoder._recent
+    assert engine.decoder.adaptive is None or len(engine.decoder.adaptive) == 0

@@ -13,9 +13,6 @@ emission (no bonus token after it).
 
 from __future__ import annotations
 
-import math
-from collections import deque
-
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
@@ -27,6 +24,7 @@ from real_backend.kv_cache import PagedKVCache
 from real_backend.model.transformer import SeqStep, Transformer
 from real_backend.sampling import token_probs
 from workbench.scenario.decoders import SpeculativeDecoderConfig
+from workbench.scheduling.adaptive_draft import AdaptiveDraftLength
 
 
 class SpeculativeDecoder(Decoder):
@@ -46,11 +44,16 @@ class SpeculativeDecoder(Decoder):
         self.config = config
         self.rules = rules
         self.lookahead_slots = config.max_draft_tokens
-        self._recent: dict[int, deque[int]] = {}  # adaptive k: accepted counts per request
+        self.adaptive = (
+            None
+            if config.adaptive is None
+            else AdaptiveDraftLength(config.num_speculative_tokens, config.adaptive)
+        )
 
     def release(self, request_id: int) -> None:
         self.drafter.release(request_id)
-        self._recent.pop(request_id, None)
+        if self.adaptive is not None:
+            self.adaptive.release(request_id)
 
     def draft_caches(self) -> list[tuple[Transformer, int]]:
         return [(self.drafter.model, self.drafter.cache.block_size)]
@@ -126,17 +129,13 @@ class SpeculativeDecoder(Decoder):
 
     def _draft_length(self, request_id: int) -> int:
         """k, or with `adaptive`: one more than the recent mean accepted, within bounds."""
-        k = self.config.num_speculative_tokens
-        adaptive = self.config.adaptive
-        recent = self._recent.get(request_id)
-        if adaptive is None or not recent:
-            return k
-        return max(adaptive.min_tokens, min(k, math.ceil(sum(recent) / len(recent)) + 1))
+        if self.adaptive is None:
+            return self.config.num_speculative_tokens
+        return self.adaptive.length(request_id)
 
     def _remember(self, request_id: int, accepted: int) -> None:
-        if self.config.adaptive is not None:
-            window = self._recent.setdefault(request_id, deque(maxlen=self.config.adaptive.window))
-            window.append(accepted)
+        if self.adaptive is not None:
+            self.adaptive.remember(request_id, accepted)
 
     # ------------------------------------------------------------------ verification
 

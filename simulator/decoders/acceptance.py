@@ -76,3 +76,32 @@ class AcceptanceDistribution:
         cdf[-1] = 1.0  # rounding must not leave room beyond K
         draws = np.searchsorted(cdf, rng.random(len(caps)), side="right")  # (b,)
         return np.minimum(draws, caps).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class AcceptanceMixture:
+    """Requests of a few types, each accepting as its own distribution: a sequence draws
+    its type at its first decode step, which accepts as `first` does, and keeps it. Rows of
+    `sample`: a type 0..S-1, or S for a first step."""
+
+    weights: np.ndarray  # (S,) share of sequences of each type, sums to 1
+    types: tuple[AcceptanceDistribution, ...]  # S distributions over 0..K
+    first: AcceptanceDistribution  # a sequence's first decode step
+
+    @property
+    def first_row(self) -> int:
+        return len(self.types)
+
+    def draw_types(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """(n,) int64: types of n new sequences."""
+        cdf = np.cumsum(self.weights)
+        cdf[-1] = 1.0
+        return np.searchsorted(cdf, rng.random(n), side="right").astype(np.int64)
+
+    def sample(self, rng: np.random.Generator, caps: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """One draw per sequence from its row's distribution, capped at `caps`: (b,) each."""
+        rows_p = [t.probabilities for t in (*self.types, self.first)]
+        cdf = np.cumsum(rows_p, axis=1)  # (S + 1, K + 1)
+        cdf[:, -1] = 1.0  # rounding must not leave room beyond K
+        draws = (cdf[rows] <= rng.random(len(caps))[:, None]).sum(axis=1)  # (b,)
+        return np.minimum(draws, caps).astype(np.int64)

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from simulator.catalogs.models import ModelSpec
+from simulator.decoders import lookahead, speculative
 from simulator.decoders.apar import AparBranches
 from simulator.decoders.apar_calibration import stored_trees
 from simulator.decoders.apar_trees import request_trees
-from simulator.decoders.calibration import calibrate
+from simulator.decoders.calibration import Calibration, calibrate
 from simulator.decoders.draft_cost import DraftCache, draft_cost_model, draft_model_spec
 from simulator.decoders.lookahead import lookahead_step_model
 from simulator.decoders.speculative import speculative_step_model
@@ -24,6 +24,7 @@ from workbench.scenario.decoders import (
     draft_field,
 )
 from workbench.scenario.scenario import Scenario
+from workbench.scheduling.adaptive_draft import AdaptiveDraftLength
 from workbench.seeding import component_rng
 
 if TYPE_CHECKING:
@@ -60,18 +61,17 @@ def build_steppers(
     decoder = multi_token(scenario.decoder)
     if decoder is None:
         return [None] * replicas, {}
-    counts, info = None, {}
+    calibration, info = None, {}
     if decoder.calibrate_from is not None:
         calibration = calibrate(store, decoder.calibrate_from)
-        counts = calibration.accepted_counts
-        info = {
-            "calibrated_from": calibration.run_id,
-            "calibrated_accepted_counts": json.dumps(counts.tolist()),
-        }
-    model = _step_model(decoder, counts)
+    model = _step_model(decoder, calibration)
+    if calibration is not None:
+        info = calibration.info()
     limit = None if apar is None else apar.extra_before_fork
     steppers: list[MultiTokenStepper | None] = [
-        MultiTokenStepper(model, _replica_rng(scenario.seed, i), _draft(scenario), limit)
+        MultiTokenStepper(
+            model, _replica_rng(scenario.seed, i), _draft(scenario), limit, _adaptive(decoder)
+        )
         for i in range(replicas)
     ]
     return steppers, info
@@ -98,16 +98,28 @@ def build_apar(
 
 
 def _step_model(
-    decoder: SpeculativeDecoderConfig | LookaheadDecoderConfig, counts: np.ndarray | None
+    decoder: SpeculativeDecoderConfig | LookaheadDecoderConfig, calibration: Calibration | None
 ) -> StepModel:
     if isinstance(decoder, SpeculativeDecoderConfig):
-        return speculative_step_model(decoder, counts)
-    return lookahead_step_model(decoder, counts)
+        k = speculative.max_accepted_tokens(decoder)
+        if calibration is None:
+            return speculative_step_model(decoder)
+        mixture = calibration.mixture(k)
+        return speculative_step_model(decoder, calibration.distribution(k), mixture)
+    k = lookahead.max_accepted_tokens(decoder)
+    return lookahead_step_model(decoder, calibration and calibration.distribution(k))
 
 
 def _draft(scenario: Scenario) -> DraftCache | None:
     spec = draft_spec(scenario)
     return None if spec is None else DraftCache(draft_cost_model(scenario, spec))
+
+
+def _adaptive(decoder: object) -> AdaptiveDraftLength | None:
+    """A replica's per-sequence draft lengths, when the decoder adapts k."""
+    if not isinstance(decoder, SpeculativeDecoderConfig) or decoder.adaptive is None:
+        return None
+    return AdaptiveDraftLength(decoder.num_speculative_tokens, decoder.adaptive)
 
 
 def _replica_rng(seed: int, replica: int) -> np.random.Generator:

@@ -24,20 +24,21 @@ def max_accepted_tokens(cfg: LookaheadDecoderConfig) -> int:
 
 
 def lookahead_step_model(
-    cfg: LookaheadDecoderConfig, calibrated_counts: np.ndarray | None = None
+    cfg: LookaheadDecoderConfig, calibrated: AcceptanceDistribution | None = None
 ) -> StepModel:
+    """calibrated: a stored run's tokens per step beyond the first, replacing
+    `tokens_per_step`."""
     k = max_accepted_tokens(cfg)
-    if calibrated_counts is not None:
-        counts = calibrated_counts
+    if calibrated is not None:
+        acceptance = calibrated
     elif cfg.tokens_per_step is not None:
-        counts = np.asarray(cfg.tokens_per_step.counts)
+        acceptance = AcceptanceDistribution.histogram(cfg.tokens_per_step.counts, k)
     else:
         raise WorkbenchError(
             "the simulator needs the tokens a lookahead step adds: give tokens_per_step "
             "(a histogram) or calibrate_from (a real run)",
             field="decoder.tokens_per_step",
         )
-    acceptance = AcceptanceDistribution.histogram(counts, k)
     extra = np.full(k + 1, cfg.max_draft_tokens, dtype=np.int64)
     drafted = cfg.candidates * (cfg.ngram - 1)
     return StepModel(

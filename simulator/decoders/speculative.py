@@ -1,11 +1,11 @@
 """The speculative decoder's step model: a draft proposes, the target verifies.
 
 Per step and sequence the target verifies its last token plus the drafted tokens (a chain
-of k, or a token tree) and emits the accepted ones plus its own next token. The simulator
-assumes a fixed draft: k = `num_speculative_tokens` every step, even with `adaptive` (the
-real backend shortens k after poor acceptance; a histogram calibrated from an adaptive run
-carries that mix, while the simulator still prices k drafts: an upper bound on the cost).
-Trees accept a root-to-node path: at most their depth.
+of k, or a token tree) and emits the accepted ones plus its own next token. A chain drafts
+k = `num_speculative_tokens` tokens, or with `adaptive` what the real decoder's rule gives
+each sequence (the stepper applies it; the acceptance below is a full k-draft's, capped at
+what was drafted, which is exact for a chain). Trees accept a root-to-node path: at most
+their depth.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from simulator.decoders.acceptance import AcceptanceDistribution
+from simulator.decoders.acceptance import AcceptanceDistribution, AcceptanceMixture
 from simulator.decoders.step_model import StepModel
 from workbench.scenario.decoders import (
     SpeculativeDecoderConfig,
@@ -40,19 +40,20 @@ def max_accepted_tokens(cfg: SpeculativeDecoderConfig) -> int:
 
 
 def speculative_step_model(
-    cfg: SpeculativeDecoderConfig, calibrated_counts: np.ndarray | None = None
+    cfg: SpeculativeDecoderConfig,
+    calibrated: AcceptanceDistribution | None = None,
+    types: AcceptanceMixture | None = None,
 ) -> StepModel:
-    """calibrated_counts: accepted-token counts (index = accepted) replacing `acceptance`."""
+    """calibrated: a stored run's accepted tokens per step (a full draft), replacing
+    `acceptance`; types: an adaptive run's request types, drawn per sequence instead."""
     shape = draft_shape(cfg)
     k = len(shape) - 1
-    if calibrated_counts is not None:
-        acceptance = AcceptanceDistribution.histogram(calibrated_counts, k)
-    else:
-        acceptance = AcceptanceDistribution.from_config(cfg.acceptance, k)
+    acceptance = calibrated or AcceptanceDistribution.from_config(cfg.acceptance, k)
     return StepModel(
         acceptance,
         shape,
         drafts_with_model=True,
         tree=cfg.tree is not None,
         host_s=cfg.host_overhead_ms / 1e3,
+        acceptance_types=types,
     )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.decoders.acceptance import AcceptanceDistribution
+from simulator.decoders.acceptance import AcceptanceDistribution, AcceptanceMixture
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,8 @@ class StepModel:
     tree: bool = False  # the draft is a token tree: one draft forward per level
     drafted_per_step: int | None = None  # recorded drafts per sequence; None: the extra tokens
     host_s: float = 0.0  # the implementation's host work per step beyond the forward
+    # Calibrated from an adaptive run: request types, each sequence drawing from its own.
+    acceptance_types: AcceptanceMixture | None = None
 
     def extra_tokens(self, caps: np.ndarray) -> np.ndarray:
         """(b,) target tokens computed beyond one per sequence."""
@@ -48,6 +50,12 @@ class StepModel:
             return np.minimum(caps, self.acceptance.max_accepted).astype(np.int64)
         return self.extra_tokens(caps)
 
-    def draw(self, rng: np.random.Generator, caps: np.ndarray) -> np.ndarray:
-        """(b,) tokens each sequence emits beyond the first."""
+    def draw(
+        self, rng: np.random.Generator, caps: np.ndarray, types: np.ndarray | None = None
+    ) -> np.ndarray:
+        """(b,) tokens each sequence emits beyond the first. types: (b,) each sequence's
+        request type, with `acceptance_types`."""
+        if self.acceptance_types is not None:
+            assert types is not None
+            return self.acceptance_types.sample(rng, caps, types)
         return self.acceptance.sample(rng, caps)

@@ -7,7 +7,10 @@ the target's forward (prefill chunks, plus 1 + extra tokens per decoding sequenc
 extra token attending to its sequence's KV and the step's earlier tokens), the decoder
 implementation's own host work if the scenario gives it (the decoder's `host_overhead_ms`)
 and, for speculative decoding, the draft model's forwards before it. APAR's speculating
-branches also stop at their next fork (`limit`).
+branches also stop at their next fork (`limit`). With an adaptive draft length each
+sequence drafts what the real decoder's rule gives it (`AdaptiveDraftLength`, shared with
+the real backend), fed with the accepted counts drawn here; a step model calibrated from
+such a run draws each sequence's tokens from its request type's distribution.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy as np
 from simulator.cost_models.base import CostModel, StepWork
 from simulator.decoders.draft_cost import DraftCache
 from simulator.decoders.step_model import StepModel
+from workbench.scheduling.adaptive_draft import AdaptiveDraftLength
 from workbench.scheduling.plan import StepPlan
 from workbench.scheduling.sequence import Sequence
 
@@ -57,17 +61,24 @@ class MultiTokenStepper:
         rng: np.random.Generator,
         draft: DraftCache | None = None,
         limit: Callable[[list[Sequence]], np.ndarray] | None = None,
+        adaptive: AdaptiveDraftLength | None = None,
     ) -> None:
         """limit: (b,) most tokens beyond the first each sequence may emit in a step, besides
-        its room (APAR: up to its next fork); None: the room alone."""
+        its room (APAR: up to its next fork); None: the room alone. adaptive: each sequence's
+        draft length by its recent acceptance; None: the step model's full draft."""
         self.model = model
         self.rng = rng
         self.draft = draft
         self.limit = limit
+        self.adaptive = adaptive
+        self.types: dict[int, int] = {}  # each decoding sequence's request type (see draw)
 
     def release(self, request_id: int) -> None:
         if self.draft is not None:
             self.draft.release(request_id)
+        if self.adaptive is not None:
+            self.adaptive.release(request_id)
+        self.types.pop(request_id, None)
 
     def fork(self, parent_id: int, child_id: int, shared_tokens: int) -> None:
         """An APAR child's draft state starts from its parent's."""
@@ -80,8 +91,13 @@ class MultiTokenStepper:
         caps = output - generated - 1  # (b,) room beyond the step's first token
         if self.limit is not None:
             caps = np.minimum(caps, self.limit(seqs))
+        if self.adaptive is not None:
+            caps = np.minimum(caps, self._draft_lengths(seqs))
         extra = self.model.extra_tokens(caps)  # (b,)
-        accepted = self.model.draw(self.rng, caps)
+        accepted = self.model.draw(self.rng, caps, self._request_types(seqs))
+        if self.adaptive is not None:
+            for seq, count in zip(seqs, accepted.tolist(), strict=True):
+                self.adaptive.remember(seq.request_id, count)
         context = computed + 1  # (b,) KV incl. the step's first token
         work = StepWork(
             prefill_chunk_tokens=tuple(c.tokens for c in plan.prefills),
@@ -98,6 +114,24 @@ class MultiTokenStepper:
         drafted = int(self.model.drafted_tokens(caps).sum())
         verified = plan.decode_batch_size + work.decode_extra_tokens
         return StepDraw(seqs, accepted, drafted, verified, duration_s)
+
+    def _draft_lengths(self, seqs: list[Sequence]) -> np.ndarray:
+        """(b,) tokens each sequence drafts this step, as the adaptive rule gives them."""
+        assert self.adaptive is not None
+        return np.array([self.adaptive.length(s.request_id) for s in seqs], dtype=np.int64)
+
+    def _request_types(self, seqs: list[Sequence]) -> np.ndarray | None:
+        """(b,) each sequence's row of the step model's request types: its type, drawn at
+        its first decode step, which takes the first step's row; None without types."""
+        mixture = self.model.acceptance_types
+        if mixture is None:
+            return None
+        ids = [s.request_id for s in seqs]
+        first = [i not in self.types for i in ids]
+        new = [i for i, is_first in zip(ids, first, strict=True) if is_first]
+        self.types.update(zip(new, mixture.draw_types(self.rng, len(new)).tolist(), strict=True))
+        rows = [mixture.first_row if f else self.types[i] for i, f in zip(ids, first, strict=True)]
+        return np.array(rows, dtype=np.int64)
 
     def _draft_s(
         self, seqs: list[Sequence], generated: np.ndarray, caps: np.ndarray, accepted: np.ndarray

@@ -28,6 +28,7 @@ class DecodeEmissions:
     count: np.ndarray  # (e,) int64: decode emissions in the span
     emitted_before: np.ndarray  # (e,) int64: request tokens before its first decode emission
     output_tokens: np.ndarray  # (e,) int64: the request's output tokens
+    after_prefill: np.ndarray  # (e,) bool: the span follows a prefill (first, or re-prefill)
 
     def with_room(self, room: int) -> np.ndarray:
         """(e,) emissions of each span whose room was at least `room`."""
@@ -68,4 +69,5 @@ def decode_emissions(records: RunRecords) -> DecodeEmissions:
         count=(last - first + 1 - after_prefill)[keep],
         emitted_before=(before + after_prefill * tokens)[keep],
         output_tokens=output[keep],
+        after_prefill=after_prefill[keep].astype(bool),
     )

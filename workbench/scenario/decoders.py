@@ -148,7 +148,9 @@ class SpeculativeDecoderConfig(SamplingConfig):
     )
     tree: TreeConfig | None = Field(default=None, description="Draft a token tree (greedy).")
     adaptive: AdaptiveKConfig | None = Field(
-        default=None, description="Adapt k per sequence to its recent acceptance."
+        default=None,
+        description="Adapt k per sequence to its recent acceptance (the same rule on both "
+        "backends).",
     )
     acceptance: AcceptanceModel = Field(
         default_factory=lambda: IIDAcceptance(kind="iid", rate=0.7),
@@ -157,7 +159,9 @@ class SpeculativeDecoderConfig(SamplingConfig):
     calibrate_from: str | None = Field(
         default=None,
         description="Simulator: a run id (prefix) in the database whose recorded accepted-"
-        "tokens histogram replaces `acceptance`.",
+        "tokens histogram replaces `acceptance`; from a run with `adaptive` k, its request "
+        "types' per-position acceptance rates and its first steps' (each emission's draft "
+        "replayed through the rule).",
     )
     host_overhead_ms: HostOverheadMs = 0.0
 
