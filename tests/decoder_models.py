@@ -8,11 +8,17 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from real_backend.decoders.base import Decoder
+from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest
+from real_backend.decoders.drafter import Drafter
+from real_backend.decoders.speculative import SpeculativeDecoder
 from real_backend.engine import RealEngine, ServeOptions
 from real_backend.model import ModelArgs, Transformer
 from real_backend.prompts import synthetic_prompts
-from workbench.scenario.decoders import SamplingConfig, VanillaDecoderConfig
+from workbench.scenario.decoders import (
+    SamplingConfig,
+    SpeculativeDecoderConfig,
+    VanillaDecoderConfig,
+)
 from workbench.scheduling.continuous import ContinuousBatching
 from workbench.workload.requests import Workload
 
@@ -92,3 +98,27 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+class CheckedDecoder(SpeculativeDecoder):
+    """Checks the cache invariants after every step it runs."""
+
+    sequence_steps = 0
+
+    def decode(self, batch: list[DecodeRequest]) -> DecodeOutcome:
+        outcome = super().decode(batch)
+        for r, emitted in zip(batch, outcome.emitted, strict=True):
+            n = len(r.tokens) + len(emitted)  # the sequence after this step
+            assert self.cache.length(r.request_id) == n - 1  # all but the newest token
+            draft = self.drafter.cache
+            assert r.request_id not in draft.tables or draft.length(r.request_id) <= n - 1
+        self.sequence_steps += len(batch)
+        return outcome
+
+
+def checked(draft, config: SpeculativeDecoderConfig):
+    def make(model, cache):
+        draft_cache = draft.new_cache(cache.allocator.num_blocks, cache.block_size)
+        return CheckedDecoder(model, cache, Drafter(draft, draft_cache, config), config)
+
+    return make

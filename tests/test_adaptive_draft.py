@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from simulator.decoders.calibration import calibrate
 from simulator.run import simulate
 from workbench.errors import WorkbenchError
 from workbench.metrics.decode_emissions import decode_emissions
+from workbench.records import RunRecords
 from workbench.scenario.decoders import AdaptiveKConfig
 from workbench.scenario.loader import load_scenario
 from workbench.scheduling.adaptive_draft import AdaptiveDraftLength
@@ -25,7 +28,7 @@ ADAPTIVE = {"min_tokens": 1, "window": 4}
 
 
 @pytest.fixture
-def store() -> ResultsStore:
+def store() -> Iterator[ResultsStore]:
     with ResultsStore.open(":memory:") as db:
         yield db
 
@@ -80,12 +83,12 @@ def test_an_adaptive_run_calibrates_per_position_rates(store: ResultsStore) -> N
     assert naive[4] / naive.sum() < KNOWN[4] - 0.05
 
 
-def two_kinds_of_request(n: int, seed: int) -> list:
+def two_kinds_of_request(n: int, seed: int) -> list[Callable[[int], int]]:
     """40 % of requests accept a drafted token with rate 0.3, 60 % with 0.9; every first
     decode step accepts none."""
     rng = np.random.default_rng(seed)
 
-    def request(rate: float):
+    def request(rate: float) -> Callable[[int], int]:
         steps = iter(range(10**6))
 
         def accept(room: int) -> int:
@@ -110,7 +113,7 @@ def test_request_types_and_the_first_step_are_told_apart(store: ResultsStore) ->
     assert measured.first_rates[0] == 0.0
 
 
-def per_decode_step(records) -> np.ndarray:
+def per_decode_step(records: RunRecords) -> np.ndarray:
     """(drafted, accepted) per decoding sequence and step."""
     steps = records.steps
     return (
@@ -122,24 +125,35 @@ def per_decode_step(records) -> np.ndarray:
 def test_simulation_calibrated_from_an_adaptive_run_drafts_and_accepts_as_it_did(
     store: ResultsStore,
 ) -> None:
-    run = sequential_run(
-        [200] * 300, two_kinds_of_request(300, 5), 4, adaptive=AdaptiveKConfig(**ADAPTIVE)
-    )
+    adaptive = AdaptiveKConfig(**ADAPTIVE)
+    run = sequential_run([200] * 300, two_kinds_of_request(300, 5), 4, adaptive=adaptive)
     store.write_run(speculative_meta("ad2", k=4, adaptive=ADAPTIVE), run)
+    same_lengths = [
+        "workload.lengths_from_trace=null",
+        "workload.prompt_tokens={kind: fixed, value: 10}",
+        "workload.output_tokens={kind: fixed, value: 200}",
+    ]
     scenario = load_scenario(
         SCENARIOS / "speculative_sim.yaml",
-        ["workload.num_requests=600", "decoder.calibrate_from=ad2", f"decoder.adaptive={ADAPTIVE}"],
+        [
+            *same_lengths,
+            "workload.num_requests=3000",
+            "workload.arrival.rate_per_s=20",
+            "decoder.calibrate_from=ad2",
+            f"decoder.adaptive={ADAPTIVE}",
+        ],
     )
     records = simulate(scenario, store=store)
     assert len(json.loads(records.info["calibrated_type_weights"])) == 2
     error = per_decode_step(records) / per_decode_step(run) - 1
-    assert np.abs(error).max() < 0.04
+    # 3000 requests' type shares: about 1.5 % of noise on accepted (seven seeds, at most 3.1 %).
+    assert np.abs(error).max() < 0.05
 
 
 def test_a_simulated_sequence_s_first_step_accepts_as_the_run_s_first_steps_did(
     store: ResultsStore,
 ) -> None:
-    def request():
+    def request() -> Callable[[int], int]:
         steps = iter(range(10**6))
         return lambda room: 0 if next(steps) == 0 else 4  # nothing first, everything after
 
@@ -173,15 +187,13 @@ def test_records_that_break_the_rule_are_refused(store: ResultsStore) -> None:
 
 
 def test_the_replay_drafts_what_the_real_engine_drafted() -> None:
-    torch = pytest.importorskip("torch")
-    from decoder_models import noisy_copy, random_model, serve
-    from test_speculative_rollback import checked
+    pytest.importorskip("torch")
+    from decoder_models import checked, noisy_copy, one_thread, random_model, serve
 
     from real_backend.prompts import synthetic_prompts
     from workbench.scenario.decoders import SpeculativeDecoderConfig
     from workbench.workload.requests import Workload
 
-    torch.set_num_threads(1)
     target = random_model(48, seed=4)
     draft = noisy_copy(target, 0.12, seed=5)
     rng = np.random.default_rng(0)
@@ -192,7 +204,8 @@ def test_the_replay_drafts_what_the_real_engine_drafted() -> None:
     workload = (w, synthetic_prompts(w.prompt_tokens, 48, seed=0))
     # 60 blocks of 4 tokens cannot hold 6 sequences of ~100 tokens: preemptions recompute.
     kw = {"max_batch_size": 6, "num_blocks": 60, "block_size": 4}
-    _, records, _ = serve(target, workload, checked(draft, cfg), **kw)
+    with contextmanager(one_thread)():
+        _, records, _ = serve(target, workload, checked(draft, cfg), **kw)
     assert records.requests.preemptions.sum() > 0
     replayed = list(replayed_drafts(decode_emissions(records), 6, adaptive, "decoder"))
     drafted = records.steps.drafted_tokens.sum()

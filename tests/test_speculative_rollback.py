@@ -7,41 +7,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from decoder_models import noisy_copy, one_thread, random_model, serve  # noqa: E402
+from decoder_models import checked, noisy_copy, one_thread, random_model, serve  # noqa: E402
 
-from real_backend.decoders.base import DecodeOutcome, DecodeRequest  # noqa: E402
-from real_backend.decoders.drafter import Drafter  # noqa: E402
-from real_backend.decoders.speculative import SpeculativeDecoder  # noqa: E402
 from real_backend.prompts import synthetic_prompts  # noqa: E402
 from workbench.scenario.decoders import SpeculativeDecoderConfig  # noqa: E402
 from workbench.workload.requests import Workload  # noqa: E402
 
 VOCAB = 48
 single_thread = pytest.fixture(scope="module", autouse=True)(one_thread)
-
-
-class CheckedDecoder(SpeculativeDecoder):
-    """Checks the cache invariants after every step it runs."""
-
-    sequence_steps = 0
-
-    def decode(self, batch: list[DecodeRequest]) -> DecodeOutcome:
-        outcome = super().decode(batch)
-        for r, emitted in zip(batch, outcome.emitted, strict=True):
-            n = len(r.tokens) + len(emitted)  # the sequence after this step
-            assert self.cache.length(r.request_id) == n - 1  # all but the newest token
-            draft = self.drafter.cache
-            assert r.request_id not in draft.tables or draft.length(r.request_id) <= n - 1
-        self.sequence_steps += len(batch)
-        return outcome
-
-
-def checked(draft, config: SpeculativeDecoderConfig):
-    def make(model, cache):
-        draft_cache = draft.new_cache(cache.allocator.num_blocks, cache.block_size)
-        return CheckedDecoder(model, cache, Drafter(draft, draft_cache, config), config)
-
-    return make
 
 
 @pytest.mark.parametrize(

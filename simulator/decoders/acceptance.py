@@ -10,6 +10,7 @@ judged the same way whatever follows them, so capping a draw is exact.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -98,10 +99,14 @@ class AcceptanceMixture:
         cdf[-1] = 1.0
         return np.searchsorted(cdf, rng.random(n), side="right").astype(np.int64)
 
+    @cached_property
+    def _cdf(self) -> np.ndarray:
+        """(S + 1, K + 1): each row's cumulative distribution, the first step's last."""
+        cdf = np.cumsum([t.probabilities for t in (*self.types, self.first)], axis=1)
+        cdf[:, -1] = 1.0  # rounding must not leave room beyond K
+        return cdf
+
     def sample(self, rng: np.random.Generator, caps: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """One draw per sequence from its row's distribution, capped at `caps`: (b,) each."""
-        rows_p = [t.probabilities for t in (*self.types, self.first)]
-        cdf = np.cumsum(rows_p, axis=1)  # (S + 1, K + 1)
-        cdf[:, -1] = 1.0  # rounding must not leave room beyond K
-        draws = (cdf[rows] <= rng.random(len(caps))[:, None]).sum(axis=1)  # (b,)
+        draws = (self._cdf[rows] <= rng.random(len(caps))[:, None]).sum(axis=1)  # (b,)
         return np.minimum(draws, caps).astype(np.int64)

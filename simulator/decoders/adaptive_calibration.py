@@ -9,17 +9,22 @@ accepted ones. Accepting a of d drafted tokens reached positions 1..min(a + 1, d
 accepted 1..a, so a position's rate is accepted / reached, and a full draft accepts at least
 i tokens with probability Π rates[:i].
 
-Acceptance is mostly a property of the request: the zoo's `small` pair accepted over 5
-tokens a step on average in 42-52 % of a run's requests and under 2 in 20-23 %, about as much
-early in an answer as late. The adaptive rule drafts long for the first kind and short for
-the second, so one pooled set of rates, drawn independently per step, gives the simulated
-rule the wrong mix (11-13 % fewer accepted tokens per step than measured on that pair). The
+Acceptance differs mostly between requests: in two runs of the zoo's `small` pair, 41.5 % and
+52 % of the requests accepted over 5 tokens a step on average and 22.5 % and 20 % under 2
+(means under the adaptive rule, which widens the spread), and past an answer's first eight
+tokens a step accepted 3.2-3.7 whatever the position. The rule drafts long for the first kind
+and short for the second, so one pooled set of rates, drawn independently per step, gives the
+simulated rule the wrong mix (11-13 % fewer accepted tokens per step than measured on that
+pair). The
 measurement is a mixture of request types instead, each with its own rates, fitted by
 expectation-maximisation over the run's sequences (one type per sequence, from its prefill
 on), with as many types (1-3) as the Bayesian information criterion prefers. A sequence's
-first decode step, right after its prompt, has rates of its own (on that pair it accepted
-nothing in 34 % of requests; an answer's first eight tokens came at 2.0-2.1 accepted a step,
-later ones at 3.2-3.7): it drafts k, and what it accepts sets where the rule starts.
+first decode step, right after its prompt, has rates of its own, pooled over the types (on
+that pair it accepted nothing in 34 % of requests and all six in 33-36 %; an answer's first
+eight tokens came at 2.0-2.1 accepted a step): it drafts k, and what it accepts sets where the
+rule starts. The simulator draws a sequence's type apart from its first step's outcome, which
+in the runs are most likely related. A request's last emission is read as capped by its room
+(no rejection counted), as it is when the output limit ends it, and nearly so when EOS does.
 """
 
 from __future__ import annotations
@@ -34,10 +39,11 @@ from workbench.metrics.decode_emissions import DecodeEmissions
 from workbench.scenario.decoders import AdaptiveKConfig
 from workbench.scheduling.adaptive_draft import AdaptiveDraftLength
 
-MAX_TYPES = 3  # more never paid for themselves on the zoo's runs (the criterion's tie at 4)
+MAX_TYPES = 3  # the zoo's runs took 3 (`small`) and 2 (`tiny`); a cap keeps the fit cheap
 EM_ITERATIONS = 500
 EM_TOLERANCE = 1e-9  # relative change of the log-likelihood that ends the fit
 RATE_FLOOR = 1e-6  # keeps log(rate) and log(1 − rate) finite
+WEIGHT_FLOOR = 1e-300  # keeps log(weight) finite
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,8 @@ def measure_adaptive(
     later = _later_steps(steps)
     if not len(later.reached):  # every sequence ended after one decode step
         return AdaptiveMeasurement(pooled, first, np.ones(1), pooled[None, :])
-    fits = [_fit_types(later, pooled, n) for n in range(1, MAX_TYPES + 1)]
+    most = min(MAX_TYPES, len(later.starts))  # no more types than sequences
+    fits = [_fit_types(later, pooled, n) for n in range(1, most + 1)]
     weights, rates, _ = min(fits, key=lambda fit: _bic(fit[2], len(fit[0]), k, len(later.reached)))
     return AdaptiveMeasurement(pooled, first, weights, rates)
 
@@ -136,7 +143,7 @@ def _rates(reached: np.ndarray, accepted: np.ndarray, pooled: np.ndarray) -> np.
 
 
 def _later_steps(steps: _Steps) -> _Steps:
-    """Every sequence's steps after its first, and where each sequence's begin."""
+    """Every sequence's steps after its first, and where each sequence begins."""
     sequence = np.cumsum(np.isin(np.arange(len(steps.reached)), steps.starts)) - 1  # (n,)
     later = np.ones(len(sequence), dtype=bool)
     later[steps.starts] = False
@@ -156,7 +163,8 @@ def _fit_types(
     weights, rates = _initial_types(steps, pooled, types)
     previous = -np.inf
     for _ in range(EM_ITERATIONS):
-        per_sequence = _sequence_log_likelihoods(steps, rates) + np.log(weights)[:, None]
+        prior = np.log(np.maximum(weights, WEIGHT_FLOOR))[:, None]  # a type may empty out
+        per_sequence = _sequence_log_likelihoods(steps, rates) + prior
         top = per_sequence.max(axis=0)  # (m,)
         likelihood = top + np.log(np.exp(per_sequence - top).sum(axis=0))  # (m,)
         log_likelihood = float(likelihood.sum())
@@ -204,5 +212,7 @@ def _sequence_log_likelihoods(steps: _Steps, rates: np.ndarray) -> np.ndarray:
 
 
 def _bic(log_likelihood: float, types: int, k: int, observations: int) -> float:
+    """observations: the steps (the sequences, which carry the types, would penalise less;
+    steps keep spurious types out of i.i.d. runs)."""
     parameters = types * k + types - 1
     return -2 * log_likelihood + parameters * np.log(observations)

@@ -47,27 +47,32 @@ class Calibration:
         if self.accepted_counts is not None:
             return AcceptanceDistribution.histogram(self.accepted_counts, k)
         assert self.adaptive is not None
-        rates = self.adaptive.rates.tolist()
-        if k > len(rates):
-            raise WorkbenchError(
-                f"run {self.run_id} drafted at most {len(rates)} tokens; it cannot calibrate "
-                f"{k} drafted positions",
-                field=FIELD,
-            )
-        return AcceptanceDistribution.positional(rates, k, FIELD)
+        self._check_drafted(k)
+        return AcceptanceDistribution.positional(self.adaptive.rates.tolist(), k, FIELD)
 
     def mixture(self, k: int) -> AcceptanceMixture | None:
         """An adaptive run's request types, each a full draft of k (None from a fixed draft's
         run, whose histogram is drawn for every step alike)."""
         if self.adaptive is None:
             return None
-        self.distribution(k)  # refuses a k the run never drafted
+        self._check_drafted(k)
         types = tuple(
             AcceptanceDistribution.positional(rates.tolist(), k, FIELD)
             for rates in self.adaptive.type_rates
         )
         first = AcceptanceDistribution.positional(self.adaptive.first_rates.tolist(), k, FIELD)
         return AcceptanceMixture(self.adaptive.type_weights, types, first)
+
+    def _check_drafted(self, k: int) -> None:
+        """An adaptive run's rates reach as far as its k."""
+        assert self.adaptive is not None
+        drafted = len(self.adaptive.rates)
+        if k > drafted:
+            raise WorkbenchError(
+                f"run {self.run_id} drafted at most {drafted} tokens; it cannot calibrate "
+                f"{k} drafted positions",
+                field=FIELD,
+            )
 
     def info(self) -> dict[str, str]:
         """Facts for the simulated run's info: the run, and what was measured on it."""

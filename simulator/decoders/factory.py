@@ -107,7 +107,8 @@ def _step_model(
         mixture = calibration.mixture(k)
         return speculative_step_model(decoder, calibration.distribution(k), mixture)
     k = lookahead.max_accepted_tokens(decoder)
-    return lookahead_step_model(decoder, calibration and calibration.distribution(k))
+    calibrated = None if calibration is None else calibration.distribution(k)
+    return lookahead_step_model(decoder, calibrated)
 
 
 def _draft(scenario: Scenario) -> DraftCache | None:
@@ -115,7 +116,9 @@ def _draft(scenario: Scenario) -> DraftCache | None:
     return None if spec is None else DraftCache(draft_cost_model(scenario, spec))
 
 
-def _adaptive(decoder: object) -> AdaptiveDraftLength | None:
+def _adaptive(
+    decoder: SpeculativeDecoderConfig | LookaheadDecoderConfig,
+) -> AdaptiveDraftLength | None:
     """A replica's per-sequence draft lengths, when the decoder adapts k."""
     if not isinstance(decoder, SpeculativeDecoderConfig) or decoder.adaptive is None:
         return None

@@ -48,7 +48,9 @@ def speculative_step_model(
     `acceptance`; types: an adaptive run's request types, drawn per sequence instead."""
     shape = draft_shape(cfg)
     k = len(shape) - 1
-    acceptance = calibrated or AcceptanceDistribution.from_config(cfg.acceptance, k)
+    acceptance = calibrated
+    if acceptance is None:
+        acceptance = AcceptanceDistribution.from_config(cfg.acceptance, k)
     return StepModel(
         acceptance,
         shape,

@@ -51,11 +51,11 @@ class StepModel:
         return self.extra_tokens(caps)
 
     def draw(
-        self, rng: np.random.Generator, caps: np.ndarray, types: np.ndarray | None = None
+        self, rng: np.random.Generator, caps: np.ndarray, rows: np.ndarray | None = None
     ) -> np.ndarray:
-        """(b,) tokens each sequence emits beyond the first. types: (b,) each sequence's
-        request type, with `acceptance_types`."""
+        """(b,) tokens each sequence emits beyond the first. rows: (b,) each sequence's row
+        of `acceptance_types` (its type, or the first step's)."""
         if self.acceptance_types is not None:
-            assert types is not None
-            return self.acceptance_types.sample(rng, caps, types)
+            assert rows is not None
+            return self.acceptance_types.sample(rng, caps, rows)
         return self.acceptance.sample(rng, caps)

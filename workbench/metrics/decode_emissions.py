@@ -28,7 +28,7 @@ class DecodeEmissions:
     count: np.ndarray  # (e,) int64: decode emissions in the span
     emitted_before: np.ndarray  # (e,) int64: request tokens before its first decode emission
     output_tokens: np.ndarray  # (e,) int64: the request's output tokens
-    after_prefill: np.ndarray  # (e,) bool: the span follows a prefill (first, or re-prefill)
+    after_prefill: np.ndarray  # (e,) bool: the span opens with a prefill's emission
 
     def with_room(self, room: int) -> np.ndarray:
         """(e,) emissions of each span whose room was at least `room`."""
