@@ -71,7 +71,7 @@ class MultiTokenStepper:
         self.draft = draft
         self.limit = limit
         self.adaptive = adaptive
-        self.types: dict[int, int] = {}  # each decoding sequence's request type (see draw)
+        self.types: dict[int, int] = {}  # each decoding sequence's request type (_request_types)
 
     def release(self, request_id: int) -> None:
         if self.draft is not None:
