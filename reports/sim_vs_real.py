@@ -181,7 +181,7 @@ def speed_matched_text(store: ResultsStore, real_id: str, matched_id: str | None
     """The speed-matched twin's error table as plain text (`--speed-matched`), or why there
     is none."""
     if matched_id is None:
-        return "no twin at the run's speed: the real run's own steps were not priced"
+        return "no twin at the run's speed: the real run's own steps were not priced (in full)"
     real, matched = collect_run(store, real_id), collect_run(store, matched_id)
     return "\n".join(
         [*_error_lines(real, matched, "at the run's speed"), speed_matched_label(matched)]

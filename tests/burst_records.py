@@ -97,3 +97,20 @@ def draw_from(probabilities: list[float], seed: int) -> Callable[[int], int]:
     """accept(room) drawing accepted counts from `probabilities` (index = accepted)."""
     rng = np.random.default_rng(seed)
     return lambda room: int(rng.choice(len(probabilities), p=probabilities))
+
+
+def two_kinds_of_request(n: int, seed: int) -> list[Callable[[int], int]]:
+    """40 % of requests accept a drafted token with rate 0.3, 60 % with 0.9; every first
+    decode step accepts none."""
+    rng = np.random.default_rng(seed)
+
+    def request(rate: float) -> Callable[[int], int]:
+        steps = iter(range(10**6))
+
+        def accept(room: int) -> int:
+            accepted = np.append(rng.random(4) < rate, False)  # the first rejection ends it
+            return 0 if next(steps) == 0 else int(np.argmin(accepted))
+
+        return accept
+
+    return [request(0.3 if rng.random() < 0.4 else 0.9) for _ in range(n)]

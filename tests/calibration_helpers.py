@@ -25,6 +25,18 @@ TINY_SHAPE = {
 }
 
 
+# The zoo `tiny` draft's shape.
+TINY_DRAFT_SHAPE = {
+    "num_layers": 1,
+    "hidden_size": 32,
+    "intermediate_size": 86,
+    "num_attention_heads": 2,
+    "num_kv_heads": 1,
+    "head_dim": 16,
+    "vocab_size": 512,
+}
+
+
 def truth() -> CalibratedCostModel:
     """A step-cost model of the fitted family, with curves bent at powers of two."""
     ms = 1e-3
@@ -90,12 +102,17 @@ def points_of(works: list[StepWork], seconds: list[float], probe: str = "p") -> 
     ]
 
 
-def profile(name: str = "tiny-cpu-fp32", device: str = "cpu", dtype: str = "fp32") -> Profile:
+def profile(
+    name: str = "tiny-cpu-fp32",
+    device: str = "cpu",
+    dtype: str = "fp32",
+    shape: dict[str, int] = TINY_SHAPE,
+) -> Profile:
     return Profile(
         name=name,
         model="tiny",
         checkpoint="/zoo/tiny/target",
-        model_shape=dict(TINY_SHAPE),
+        model_shape=dict(shape),
         device=device,
         device_name="test CPU",
         dtype=dtype,
@@ -114,18 +131,18 @@ def store_profile(store: ResultsStore, prof: Profile, points: list[ProfilePoint]
     return store.find_profile(prof.profile_id)
 
 
-def tiny_config(folder: Path) -> Path:
-    """A checkpoint folder holding only the zoo `tiny` target's config.json (its shape)."""
+def tiny_config(folder: Path, shape: dict[str, int] = TINY_SHAPE) -> Path:
+    """A checkpoint folder holding only a config.json of `shape` (the zoo `tiny` target's)."""
     folder.mkdir(parents=True, exist_ok=True)
     config = {
         "architectures": ["LlamaForCausalLM"],
-        "hidden_size": TINY_SHAPE["hidden_size"],
-        "intermediate_size": TINY_SHAPE["intermediate_size"],
-        "num_hidden_layers": TINY_SHAPE["num_layers"],
-        "num_attention_heads": TINY_SHAPE["num_attention_heads"],
-        "num_key_value_heads": TINY_SHAPE["num_kv_heads"],
-        "head_dim": TINY_SHAPE["head_dim"],
-        "vocab_size": TINY_SHAPE["vocab_size"],
+        "hidden_size": shape["hidden_size"],
+        "intermediate_size": shape["intermediate_size"],
+        "num_hidden_layers": shape["num_layers"],
+        "num_attention_heads": shape["num_attention_heads"],
+        "num_key_value_heads": shape["num_kv_heads"],
+        "head_dim": shape["head_dim"],
+        "vocab_size": shape["vocab_size"],
         "max_position_embeddings": 2048,
         "tie_word_embeddings": True,
     }

@@ -8,11 +8,11 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
-from burst_records import draw_from, sequential_run, speculative_meta
+from burst_records import draw_from, sequential_run, speculative_meta, two_kinds_of_request
 from scenario_helpers import SCENARIOS
 
-from simulator.decoders.adaptive_calibration import replayed_drafts
 from simulator.decoders.calibration import calibrate
+from simulator.decoders.chain_calibration import replayed_drafts
 from simulator.run import simulate
 from workbench.errors import WorkbenchError
 from workbench.metrics.decode_emissions import decode_emissions
@@ -75,7 +75,7 @@ def test_an_adaptive_run_calibrates_per_position_rates(store: ResultsStore) -> N
     store.write_run(speculative_meta("ad1", k=4, adaptive=ADAPTIVE), run)
     drafted = run.steps.drafted_tokens[run.steps.decode_tokens > 0]
     assert drafted.mean() < 3.5  # the run drafted fewer than k after poor acceptance
-    measured = calibrate(store, "ad1").adaptive
+    measured = calibrate(store, "ad1").chain
     assert np.abs(measured.rates - KNOWN_RATES).max() < 0.03
     assert measured.type_weights.tolist() == [1.0]  # one kind of request: one type
     # Its tokens per step, taken as a full draft's histogram, miss long acceptances.
@@ -83,29 +83,12 @@ def test_an_adaptive_run_calibrates_per_position_rates(store: ResultsStore) -> N
     assert naive[4] / naive.sum() < KNOWN[4] - 0.05
 
 
-def two_kinds_of_request(n: int, seed: int) -> list[Callable[[int], int]]:
-    """40 % of requests accept a drafted token with rate 0.3, 60 % with 0.9; every first
-    decode step accepts none."""
-    rng = np.random.default_rng(seed)
-
-    def request(rate: float) -> Callable[[int], int]:
-        steps = iter(range(10**6))
-
-        def accept(room: int) -> int:
-            accepted = np.append(rng.random(4) < rate, False)  # the first rejection ends it
-            return 0 if next(steps) == 0 else int(np.argmin(accepted))
-
-        return accept
-
-    return [request(0.3 if rng.random() < 0.4 else 0.9) for _ in range(n)]
-
-
 def test_request_types_and_the_first_step_are_told_apart(store: ResultsStore) -> None:
     run = sequential_run(
         [80] * 500, two_kinds_of_request(500, 4), 4, adaptive=AdaptiveKConfig(**ADAPTIVE)
     )
     store.write_run(speculative_meta("ad5", k=4, adaptive=ADAPTIVE), run)
-    measured = calibrate(store, "ad5").adaptive
+    measured = calibrate(store, "ad5").chain
     assert measured.type_weights == pytest.approx([0.4, 0.6], abs=0.05)
     low, high = measured.type_rates
     assert low[:2] == pytest.approx([0.3, 0.3], abs=0.04)  # it seldom drafts more than two

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from burst_records import draw_from, sequential_run, speculative_meta
+from burst_records import draw_from, sequential_run, speculative_meta, two_kinds_of_request
 from fixtures_records import RequestSpec, make_meta, make_records
 from scenario_helpers import SCENARIOS
 
@@ -14,6 +14,7 @@ from simulator.decoders.calibration import calibrate
 from simulator.run import simulate
 from workbench.errors import WorkbenchError
 from workbench.metrics.decode_emissions import decode_emissions
+from workbench.records import RunRecords
 from workbench.scenario.loader import load_scenario
 from workbench.store.db import ResultsStore
 
@@ -61,6 +62,38 @@ def test_simulation_calibrated_from_a_run_reproduces_its_histogram(store: Result
     assert decode_emissions(records).histogram(room=4).sum() > 3000
     assert np.abs(simulated - measured).max() < 0.02
     assert records.info["calibrated_from"] == "abc123"
+
+
+def mean_tokens_per_step(records: RunRecords) -> np.ndarray:
+    """(requests,) each request's emitted tokens per decode step."""
+    emissions = decode_emissions(records)
+    rows = emissions.request_row
+    tokens = np.bincount(rows, weights=emissions.tokens * emissions.count)
+    return tokens / np.bincount(rows, weights=emissions.count)
+
+
+def test_a_fixed_draft_s_run_gives_its_twin_request_types(store: ResultsStore) -> None:
+    """Requests that accept little and requests that accept much: one pooled histogram
+    would give every simulated request the mean; the types give each its own kind."""
+    run = sequential_run([200] * 300, two_kinds_of_request(300, 6), k=4)
+    store.write_run(speculative_meta("fix1", k=4), run)
+    measured = calibrate(store, "fix1")
+    assert measured.chain is not None and measured.accepted_counts is not None
+    assert measured.chain.type_weights == pytest.approx([0.4, 0.6], abs=0.06)
+    scenario = load_scenario(
+        SCENARIOS / "speculative_sim.yaml",
+        [
+            "workload.lengths_from_trace=null",
+            "workload.prompt_tokens={kind: fixed, value: 10}",
+            "workload.output_tokens={kind: fixed, value: 200}",
+            "workload.num_requests=400",
+            "decoder.calibrate_from=fix1",
+        ],
+    )
+    simulated = mean_tokens_per_step(simulate(scenario, store=store))
+    slow = {"run": np.mean(mean_tokens_per_step(run) < 2.5), "sim": np.mean(simulated < 2.5)}
+    assert 0.3 < slow["run"] < 0.5
+    assert slow["sim"] == pytest.approx(slow["run"], abs=0.07)
 
 
 def test_lookahead_calibrates_from_a_speculative_run(store: ResultsStore) -> None:

@@ -60,7 +60,8 @@ def test_both_backends_run_as_a_pair_with_an_error_table(
     real_config, sim_config = json.loads(real["config_json"]), json.loads(sim["config_json"])
     assert sim_config["cost_model"] == {
         "kind": "calibrated", "profile": profile.profile_id, "profile_csv": None,
-        "allow_other_device": False, "price_scale": 1.0,
+        "allow_other_device": False, "price_scale": 1.0, "draft_profile": None,
+        "draft_profile_csv": None, "draft_roofline": False,
     }  # fmt: skip
     # The same KV budget on both: the real backend's own sizing, made explicit.
     blocks = real_config["scheduler"]["kv_cache"]["num_blocks"]

@@ -24,6 +24,7 @@ from workbench.sweep import SweepPoint, expand, point_source
 
 if TYPE_CHECKING:
     from real_backend.calibration.drift import DriftProbe
+    from simulator.cost_models.calibrated import Preferences
     from workbench.store.profiles import Profile, ProfilePoint
 
 
@@ -288,7 +289,7 @@ def twin_scenarios(
     by a calibrated cost model (named in both configurations)."""
     with needs_real_extra("--backend both runs the real backend", field="backend"):
         from real_backend.serve import real_kv_blocks  # the real backend is needed anyway
-    from simulator.cost_models.calibrated import calibrated_config_for
+    from simulator.cost_models.calibrated import Preferences, calibrated_config_for
     from workbench.workload.generate import workload_for
 
     real = scenario.model_copy(update={"backend": "real"})
@@ -303,25 +304,46 @@ def twin_scenarios(
     kernels, linear = _run_kernels(real), _run_linear(real)
     machine = _this_machine(real)
     cost = calibrated_config_for(resolved, store, profile, kernels, machine, linear)
+    cost = _with_draft_priced(cost, resolved, store, Preferences(kernels, machine, linear))
     if not cost.allow_other_device:
-        measured, source = _twin_profile(cost, store)
-        _check_device_name(measured, machine.device_name, source)
-        _check_threads(measured.threads, machine.threads, source)
-        _check_kernels(measured, kernels, source)
-        _check_linear(measured, linear, source)
+        for measured, source in _twin_profiles(cost, store):
+            _check_device_name(measured, machine.device_name, source)
+            _check_threads(measured.threads, machine.threads, source)
+            _check_kernels(measured, kernels, source)
+            _check_linear(measured, linear, source)
     # The real run carries the twin's cost model too (the real backend reads none), so the
     # pair's configurations differ in their backend alone.
     real = real.model_copy(update={"cost_model": cost})
     return real, real.model_copy(update={"backend": "sim"})
 
 
-def _twin_profile(cost: CalibratedCostConfig, store: ResultsStore) -> tuple[Profile, str]:
-    """The profile pricing the twin and where it was read: the database's, or an exported
-    CSV's (which carries the same columns, so the same checks apply)."""
-    if cost.profile_csv is not None:
-        return read_csv_profile(cost.profile_csv)[0], str(cost.profile_csv)
-    assert cost.profile is not None  # one of the two (CalibratedCostConfig)
-    return store.find_profile(cost.profile), str(store.path)
+def _with_draft_priced(
+    cost: CalibratedCostConfig, resolved: Scenario, store: ResultsStore, prefer: Preferences
+) -> CalibratedCostConfig:
+    """A speculative twin's cost model with its draft's profile (`with_draft_profile`)."""
+    from simulator.cost_models.calibrated import with_draft_profile
+    from simulator.decoders.factory import draft_spec
+
+    spec = draft_spec(resolved)
+    if spec is None:
+        return cost
+    draft = draft_of(resolved.decoder)
+    folder = None if draft is None else draft.config_path
+    return with_draft_profile(cost, resolved, (spec, folder), store, prefer)
+
+
+def _twin_profiles(cost: CalibratedCostConfig, store: ResultsStore) -> list[tuple[Profile, str]]:
+    """The profiles pricing the twin (the target's, and a draft's) and where each was read:
+    the database's, or an exported CSV's (which carries the same columns, so the same checks
+    apply)."""
+    refs = [(cost.profile, cost.profile_csv), (cost.draft_profile, cost.draft_profile_csv)]
+    profiles = []
+    for ref, csv in refs:
+        if csv is not None:
+            profiles.append((read_csv_profile(csv)[0], str(csv)))
+        elif ref is not None:
+            profiles.append((store.find_profile(ref), str(store.path)))
+    return profiles
 
 
 def _check_threads(profile_threads: int, threads: int, source: str) -> None:
@@ -390,7 +412,11 @@ def _step_prices(
     try:
         model = build_cost_model(with_model_source(sim), store)
         assert isinstance(model, CalibratedCostModel), "a twin is priced by its profile"
-        return StepPrices(served_errors_text(model, steps), served_price_scale(model, steps))
+        text = served_errors_text(model, steps)
+        if draft_of(sim.decoder) is not None:  # a stored step does not say what each drafted
+            text += "; the target's forwards only, the draft's are not priced here"
+            return StepPrices(text, None)  # so no speed-matched scale either
+        return StepPrices(text, served_price_scale(model, steps))
     except Exception as e:  # recorded in the run's info, not hidden
         return StepPrices(f"not priced ({type(e).__name__}: {e})", None)
 

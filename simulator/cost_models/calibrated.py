@@ -10,7 +10,8 @@ unless the scenario sets `allow_other_device`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from workbench.store.db import ResultsStore
 
 FIELD = "cost_model.profile"
+DRAFT_FIELD = "cost_model.draft_profile"
 MULTI_TOKEN_DECODERS = ("speculative", "lookahead")
 SHAPE_KEYS = (
     "num_layers",
@@ -57,10 +59,16 @@ def step_work(point: ProfilePoint) -> StepWork:
     )
 
 
-def fit_profile(points: list[ProfilePoint], profile: Profile | None = None) -> StepCostFit:
+def fit_profile(
+    points: list[ProfilePoint], profile: Profile | None = None, forwards: bool = False
+) -> StepCostFit:
+    """The step-cost fit of a profile's points: their step times (end to end, scheduling
+    included), or with `forwards` their forward times (the model's forward with its sampling
+    and cache work: what a speculative draft's forward costs inside a step)."""
     works = [step_work(p) for p in points]
     padded = profile is not None and pads_decode_attention(profile)
-    seconds, idle = [p.step_s for p in points], [p.idle_before_s for p in points]
+    seconds = [p.forward_s if forwards else p.step_s for p in points]
+    idle = [p.idle_before_s for p in points]
     runs = [p.probe for p in points]
     since = since_prefill(points)
     return fit_step_costs(
@@ -181,27 +189,66 @@ def build_calibrated(
     return CalibratedCostModel(fit, profile, cfg.price_scale)
 
 
+def build_calibrated_draft(
+    scenario: Scenario, draft: ModelSpec, store: ResultsStore | None
+) -> CalibratedCostModel:
+    """A speculative draft's forwards priced by its own profile (`cost_model.draft_profile`):
+    the profile's forward times, fitted as the target's steps are. A draft's forward runs
+    inside the target's step, so the engine's scheduling, priced once in the target's step,
+    is left out."""
+    cfg = scenario.cost_model
+    assert isinstance(cfg, CalibratedCostConfig)
+    profile, points = read_profile(cfg.draft_profile, cfg.draft_profile_csv, store, DRAFT_FIELD)
+    check_profile(profile, scenario, draft, cfg, DRAFT_FIELD)
+    fit = fit_profile(points, profile, forwards=True)
+    missing = sorted({"decode", "prefill"} - set(fit.kinds))
+    if missing:
+        raise WorkbenchError(
+            f"{profile.describe()} measured no {' or '.join(missing)} steps, which a draft "
+            "model's forwards run",
+            field=DRAFT_FIELD,
+        )
+    return CalibratedCostModel(fit, profile, cfg.price_scale)
+
+
 def load_profile(
     cfg: CalibratedCostConfig, store: ResultsStore | None
 ) -> tuple[Profile, list[ProfilePoint]]:
-    if cfg.profile_csv is not None:
-        return read_csv_profile(cfg.profile_csv)
+    return read_profile(cfg.profile, cfg.profile_csv, store, FIELD)
+
+
+def read_profile(
+    ref: str | None, csv: Path | None, store: ResultsStore | None, field: str
+) -> tuple[Profile, list[ProfilePoint]]:
+    """A complete profile and its points: from the CSV when given, else `ref` (a name or id)
+    in `store`. field: the scenario field that named it (`cost_model.profile`, or
+    `cost_model.draft_profile`)."""
+    if csv is not None:
+        return read_csv_profile(csv)
     if store is None:
         raise WorkbenchError(
-            f"the calibration profile {cfg.profile!r} is read from the results database: run "
+            f"the calibration profile {ref!r} is read from the results database: run "
             "with `--db FILE` (where `workbench calibrate` wrote it), or give "
-            "cost_model.profile_csv",
-            field=FIELD,
+            f"{field}_csv",
+            field=field,
         )
-    profile = store.find_profile(str(cfg.profile))
+    profile = store.find_profile(str(ref))
     if not profile.complete:
         raise WorkbenchError(
             f"{profile.describe()} is incomplete (its calibration was interrupted): run "
             "`workbench calibrate` again to finish it",
             source=store.path,
-            field=FIELD,
+            field=field,
         )
     return profile, store.profile_points(profile.profile_id)
+
+
+class Preferences(NamedTuple):
+    """What the twin's real run runs with: a profile measured so is preferred."""
+
+    kernels: str | None = None  # its attention kernels ("triton", "grouped", "reference")
+    machine: tuple[str, int] | None = None  # this device's name and torch threads
+    linear: str | None = None  # what runs its linear layers (`Profile.linear`)
 
 
 def calibrated_config_for(
@@ -209,8 +256,8 @@ def calibrated_config_for(
     store: ResultsStore,
     ref: str | None,
     kernels: str | None = None,
-    machine: tuple[str, int] | None = None,  # this device's name and torch threads
-    linear: str | None = None,  # what runs the run's linear layers (`Profile.linear`)
+    machine: tuple[str, int] | None = None,
+    linear: str | None = None,
 ) -> CalibratedCostConfig:
     """The calibrated cost model of a real scenario's simulated twin: profile `ref`, else the
     scenario's own calibrated model, else the latest complete profile of its model shape,
@@ -220,7 +267,53 @@ def calibrated_config_for(
         return CalibratedCostConfig(kind="calibrated", profile=ref)
     if isinstance(scenario.cost_model, CalibratedCostConfig):
         return scenario.cost_model
-    shape = {key: getattr(resolve_model(scenario.model), key) for key in SHAPE_KEYS}
+    best = latest_profile(
+        store, resolve_model(scenario.model), scenario, Preferences(kernels, machine, linear)
+    )
+    if best is None:
+        model = scenario.model.zoo or scenario.model.config_path or scenario.model.name
+        device, dtype = scenario_device(scenario), scenario.model.dtype
+        raise WorkbenchError(
+            f"no complete calibration profile of {scenario.model.name} on {device} {dtype} in "
+            f"{store.path}: run `workbench calibrate --model {model} --device {device} "
+            f"--dtype {dtype} --db {store.path}` first, or name a profile with --profile",
+            field="cost_model",
+        )
+    return CalibratedCostConfig(kind="calibrated", profile=best.profile_id)
+
+
+def with_draft_profile(
+    cost: CalibratedCostConfig,
+    scenario: Scenario,
+    draft: tuple[ModelSpec, Path | None],  # its shape and checkpoint folder
+    store: ResultsStore,
+    prefer: Preferences,
+) -> CalibratedCostConfig:
+    """A twin's cost model with the draft priced too: as `cost` says, else by the latest
+    complete profile of the draft's shape (preferred as the target's is)."""
+    if cost.draft_profile or cost.draft_profile_csv or cost.draft_roofline:
+        return cost
+    spec, folder = draft
+    best = latest_profile(store, spec, scenario, prefer)
+    if best is None:
+        device, dtype = scenario_device(scenario), scenario.model.dtype
+        raise WorkbenchError(
+            f"no complete calibration profile of the draft model {spec.name} on {device} "
+            f"{dtype} in {store.path}: run `workbench calibrate --model {folder or spec.name} "
+            f"--device {device} --dtype {dtype} --db {store.path}` first, or set "
+            "cost_model.draft_roofline: true",
+            field=DRAFT_FIELD,
+        )
+    return cost.model_copy(update={"draft_profile": best.profile_id})
+
+
+def latest_profile(
+    store: ResultsStore, model: ModelSpec, scenario: Scenario, prefer: Preferences
+) -> Profile | None:
+    """The latest complete profile of `model`'s shape on the scenario's device and dtype,
+    preferring one measured with the run's kernels and linear layers, then on this machine
+    (its device name, then its threads); None: there is none."""
+    shape = {key: getattr(model, key) for key in SHAPE_KEYS}
     device, dtype = scenario_device(scenario), scenario.model.dtype
     matches = [
         p
@@ -228,27 +321,20 @@ def calibrated_config_for(
         if p.complete and (p.device, p.dtype) == (device, dtype) and p.model_shape == shape
     ]
     if not matches:
-        model = scenario.model.zoo or scenario.model.config_path or scenario.model.name
-        raise WorkbenchError(
-            f"no complete calibration profile of {scenario.model.name} on {device} {dtype} in "
-            f"{store.path}: run `workbench calibrate --model {model} --device {device} "
-            f"--dtype {dtype} --db {store.path}` first, or name a profile with --profile",
-            field="cost_model",
-        )
-    name, threads = machine or (None, None)
+        return None
+    name, threads = prefer.machine or (None, None)
 
     def preference(i: int) -> tuple[bool, bool, bool, bool, int]:
         p = matches[i]
         return (
-            p.kernels == kernels,
-            p.linear == linear,
+            p.kernels == prefer.kernels,
+            p.linear == prefer.linear,
             p.device_name == name,
             p.threads == threads,
             i,
         )
 
-    best = matches[max(range(len(matches)), key=preference)]
-    return CalibratedCostConfig(kind="calibrated", profile=best.profile_id)
+    return matches[max(range(len(matches)), key=preference)]
 
 
 def scenario_device(scenario: Scenario) -> str:
@@ -257,9 +343,14 @@ def scenario_device(scenario: Scenario) -> str:
 
 
 def check_profile(
-    profile: Profile, scenario: Scenario, model: ModelSpec, cfg: CalibratedCostConfig
+    profile: Profile,
+    scenario: Scenario,
+    model: ModelSpec,
+    cfg: CalibratedCostConfig,
+    field: str = FIELD,
 ) -> None:
-    """Refuse a profile of another model shape, or (unless allowed) another device or dtype."""
+    """Refuse a profile of another model shape, or (unless allowed) another device or dtype.
+    field: the scenario field that named the profile."""
     where = f"{profile.describe()}"
     shape = {key: getattr(model, key) for key in SHAPE_KEYS}
     measured = {key: profile.model_shape.get(key) for key in SHAPE_KEYS}
@@ -269,7 +360,7 @@ def check_profile(
             for k in SHAPE_KEYS
             if shape[k] != measured[k]
         ]
-        raise WorkbenchError(f"{where} measured another model: {', '.join(differ)}", field=FIELD)
+        raise WorkbenchError(f"{where} measured another model: {', '.join(differ)}", field=field)
     if cfg.allow_other_device:
         return
     device, dtype = scenario_device(scenario), scenario.model.dtype
@@ -278,7 +369,7 @@ def check_profile(
             f"{where} was measured on {profile.device} {profile.dtype}, the scenario runs on "
             f"{device} {dtype}; calibrate on that device, or set "
             "cost_model.allow_other_device: true to price it with this profile anyway",
-            field=FIELD,
+            field=field,
         )
 
 

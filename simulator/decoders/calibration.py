@@ -5,9 +5,11 @@ request left out) give tokens per sequence and decode step. Emissions a sequence
 length capped (room below the run's decoder headroom K: k drafts, a tree's depth, N − 1 for
 lookahead) are left out too, so the histogram is the decoder's own, uncapped: the simulator
 caps its draws again near each sequence's end. Index i of the result counts steps that
-emitted i tokens beyond the first. A speculative run with an adaptive draft length gives
-per-position acceptance rates of a few request types instead (`adaptive_calibration`): its
-steps drafted fewer tokens after poor acceptance, so its histogram is not a full draft's.
+emitted i tokens beyond the first. A speculative run with a chain draft also gives per-position
+acceptance rates of a few request types (`chain_calibration`), which its simulated twin draws
+from: acceptance differs between requests, and a run with an adaptive draft length drafted
+fewer tokens after poor acceptance, so its histogram is not a full draft's (it keeps the types
+only).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from simulator.decoders import lookahead, speculative
 from simulator.decoders.acceptance import AcceptanceDistribution, AcceptanceMixture
-from simulator.decoders.adaptive_calibration import AdaptiveMeasurement, measure_adaptive
+from simulator.decoders.chain_calibration import ChainMeasurement, fixed_length, measure_chain
 from simulator.stored_runs import stored_run
 from workbench.errors import WorkbenchError
 from workbench.metrics.decode_emissions import DecodeEmissions, decode_emissions
@@ -39,52 +41,54 @@ class Calibration:
     run_id: str  # the full id of the run measured
     # A fixed draft's run: (K + 1,) int64, steps by tokens emitted beyond the first.
     accepted_counts: np.ndarray | None = None
-    # An adaptive draft's run: per-position rates, pooled and by request type.
-    adaptive: AdaptiveMeasurement | None = None
+    # A chain draft's run: per-position rates, pooled and by request type.
+    chain: ChainMeasurement | None = None
 
     def distribution(self, k: int) -> AcceptanceDistribution:
         """Tokens a full draft of k (room for k more) accepts beyond its first."""
         if self.accepted_counts is not None:
             return AcceptanceDistribution.histogram(self.accepted_counts, k)
-        assert self.adaptive is not None
-        self._check_drafted(k)
-        return AcceptanceDistribution.positional(self.adaptive.rates.tolist(), k, FIELD)
+        assert self.chain is not None
+        return AcceptanceDistribution.positional(self._rates(self.chain.rates, k), k, FIELD)
 
     def mixture(self, k: int) -> AcceptanceMixture | None:
-        """An adaptive run's request types, each a full draft of k (None from a fixed draft's
-        run, whose histogram is drawn for every step alike)."""
-        if self.adaptive is None:
+        """A chain draft's request types, each a full draft of k (None from a tree's run,
+        whose histogram is drawn for every step alike)."""
+        if self.chain is None:
             return None
-        self._check_drafted(k)
         types = tuple(
-            AcceptanceDistribution.positional(rates.tolist(), k, FIELD)
-            for rates in self.adaptive.type_rates
+            AcceptanceDistribution.positional(self._rates(rates, k), k, FIELD)
+            for rates in self.chain.type_rates
         )
-        first = AcceptanceDistribution.positional(self.adaptive.first_rates.tolist(), k, FIELD)
-        return AcceptanceMixture(self.adaptive.type_weights, types, first)
+        first = self._rates(self.chain.first_rates, k)
+        return AcceptanceMixture(
+            self.chain.type_weights, types, AcceptanceDistribution.positional(first, k, FIELD)
+        )
 
-    def _check_drafted(self, k: int) -> None:
-        """An adaptive run's rates reach as far as its k."""
-        assert self.adaptive is not None
-        drafted = len(self.adaptive.rates)
-        if k > drafted:
+    def _rates(self, rates: np.ndarray, k: int) -> list[float]:
+        """Rates of drafted positions 1..k. Beyond the run's longest draft: none accepted, as
+        its histogram says, for a fixed draft's run; an adaptive run's has no histogram, so a
+        longer draft than it drafted is refused."""
+        drafted = len(rates)
+        if k > drafted and self.accepted_counts is None:
             raise WorkbenchError(
                 f"run {self.run_id} drafted at most {drafted} tokens; it cannot calibrate "
                 f"{k} drafted positions",
                 field=FIELD,
             )
+        return rates.tolist()[:k] + [0.0] * max(k - drafted, 0)
 
     def info(self) -> dict[str, str]:
         """Facts for the simulated run's info: the run, and what was measured on it."""
+        measured: dict[str, object] = {}
         if self.accepted_counts is not None:
-            measured = {"calibrated_accepted_counts": self.accepted_counts.tolist()}
-        else:
-            assert self.adaptive is not None
-            measured = {
-                "calibrated_acceptance_rates": np.round(self.adaptive.rates, 6).tolist(),
-                "calibrated_first_step_rates": np.round(self.adaptive.first_rates, 6).tolist(),
-                "calibrated_type_weights": np.round(self.adaptive.type_weights, 6).tolist(),
-                "calibrated_type_rates": np.round(self.adaptive.type_rates, 6).tolist(),
+            measured["calibrated_accepted_counts"] = self.accepted_counts.tolist()
+        if self.chain is not None:
+            measured |= {
+                "calibrated_acceptance_rates": np.round(self.chain.rates, 6).tolist(),
+                "calibrated_first_step_rates": np.round(self.chain.first_rates, 6).tolist(),
+                "calibrated_type_weights": np.round(self.chain.type_weights, 6).tolist(),
+                "calibrated_type_rates": np.round(self.chain.type_rates, 6).tolist(),
             }
         return {"calibrated_from": self.run_id, **{k: json.dumps(v) for k, v in measured.items()}}
 
@@ -100,11 +104,14 @@ def calibrate(store: ResultsStore | None, run_ref: str) -> Calibration:
         )
     decoder = _decoder(run)
     emissions = decode_emissions(store.load_records(run["run_id"]))
-    if isinstance(decoder, SpeculativeDecoderConfig) and decoder.adaptive is not None:
-        k = decoder.num_speculative_tokens
-        measured = measure_adaptive(emissions, k, decoder.adaptive, FIELD)
-        return Calibration(str(run["run_id"]), adaptive=measured)
-    return Calibration(str(run["run_id"]), accepted_counts=_histogram(run, decoder, emissions))
+    run_id = str(run["run_id"])
+    if not isinstance(decoder, SpeculativeDecoderConfig) or decoder.tree is not None:
+        return Calibration(run_id, accepted_counts=_histogram(run, decoder, emissions))
+    k = decoder.num_speculative_tokens
+    chain = measure_chain(emissions, k, decoder.adaptive or fixed_length(k), FIELD)
+    if decoder.adaptive is not None:
+        return Calibration(run_id, chain=chain)
+    return Calibration(run_id, accepted_counts=_histogram(run, decoder, emissions), chain=chain)
 
 
 def _histogram(run: dict, decoder: DecoderConfig, emissions: DecodeEmissions) -> np.ndarray:

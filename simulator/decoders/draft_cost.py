@@ -8,20 +8,29 @@ yields the first proposal; each further drafted token is one more single-token f
 A token tree takes one forward per level, feeding the tree so far, and caches none of it.
 The draft is priced by a catalog cost model of its own shape on the scenario's hardware
 (`cost_models.factory.shape_cost_model`: the fitted kernels when the scenario uses them, else
-the roofline; profiles of the target say nothing about the draft).
+the roofline; profiles of the target say nothing about the draft), or, under a calibrated
+cost model, by the draft's own calibration profile (`cost_model.draft_profile`: its measured
+forwards), unless the scenario asks for the roofline (`cost_model.draft_roofline`).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from simulator.catalogs.models import MODEL_CATALOG, ModelSpec, model_from_hf_config
 from simulator.catalogs.suggest import unknown_name_message
 from simulator.cost_models.base import CostModel, StepWork
+from simulator.cost_models.calibrated import DRAFT_FIELD, build_calibrated_draft
 from simulator.cost_models.factory import shape_cost_model
 from workbench.errors import WorkbenchError
 from workbench.scenario.decoders import SpeculativeDecoderConfig
 from workbench.scenario.scenario import Scenario
+from workbench.scenario.system import CalibratedCostConfig
+
+if TYPE_CHECKING:
+    from workbench.store.db import ResultsStore
 
 
 def draft_model_spec(cfg: SpeculativeDecoderConfig, field: str = "decoder.draft") -> ModelSpec:
@@ -43,8 +52,19 @@ def draft_model_spec(cfg: SpeculativeDecoderConfig, field: str = "decoder.draft"
     )
 
 
-def draft_cost_model(scenario: Scenario, spec: ModelSpec) -> CostModel:
-    return shape_cost_model(scenario, spec)
+def draft_cost_model(scenario: Scenario, spec: ModelSpec, store: ResultsStore | None) -> CostModel:
+    """What prices the draft's forwards. store: where a draft profile is read from."""
+    cfg = scenario.cost_model
+    if not isinstance(cfg, CalibratedCostConfig) or cfg.draft_roofline:
+        return shape_cost_model(scenario, spec)
+    if cfg.draft_profile is None and cfg.draft_profile_csv is None:
+        raise WorkbenchError(
+            "a calibrated cost model prices the target's steps, not the draft's forwards: give "
+            "cost_model.draft_profile (a `workbench calibrate --model DRAFT` profile of the "
+            "draft model) or cost_model.draft_roofline: true",
+            field=DRAFT_FIELD,
+        )
+    return build_calibrated_draft(scenario, spec, store)
 
 
 class DraftCache:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simulator.catalogs.models import ModelSpec
+from simulator.cost_models.base import CostModel
 from simulator.decoders import lookahead, speculative
 from simulator.decoders.apar import AparBranches
 from simulator.decoders.apar_calibration import stored_trees
@@ -68,9 +69,14 @@ def build_steppers(
     if calibration is not None:
         info = calibration.info()
     limit = None if apar is None else apar.extra_before_fork
+    draft = _draft_cost(scenario, store)  # one price list; each replica its own draft cache
     steppers: list[MultiTokenStepper | None] = [
         MultiTokenStepper(
-            model, _replica_rng(scenario.seed, i), _draft(scenario), limit, _adaptive(decoder)
+            model,
+            _replica_rng(scenario.seed, i),
+            None if draft is None else DraftCache(draft),
+            limit,
+            _adaptive(decoder),
         )
         for i in range(replicas)
     ]
@@ -111,9 +117,9 @@ def _step_model(
     return lookahead_step_model(decoder, calibrated)
 
 
-def _draft(scenario: Scenario) -> DraftCache | None:
+def _draft_cost(scenario: Scenario, store: ResultsStore | None) -> CostModel | None:
     spec = draft_spec(scenario)
-    return None if spec is None else DraftCache(draft_cost_model(scenario, spec))
+    return None if spec is None else draft_cost_model(scenario, spec, store)
 
 
 def _adaptive(

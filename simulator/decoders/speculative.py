@@ -45,7 +45,7 @@ def speculative_step_model(
     types: AcceptanceMixture | None = None,
 ) -> StepModel:
     """calibrated: a stored run's accepted tokens per step (a full draft), replacing
-    `acceptance`; types: an adaptive run's request types, drawn per sequence instead."""
+    `acceptance`; types: a chain draft run's request types, drawn per sequence instead."""
     shape = draft_shape(cfg)
     k = len(shape) - 1
     acceptance = calibrated

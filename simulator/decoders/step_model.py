@@ -27,7 +27,7 @@ class StepModel:
     tree: bool = False  # the draft is a token tree: one draft forward per level
     drafted_per_step: int | None = None  # recorded drafts per sequence; None: the extra tokens
     host_s: float = 0.0  # the implementation's host work per step beyond the forward
-    # Calibrated from an adaptive run: request types, each sequence drawing from its own.
+    # Calibrated from a chain draft's run: request types, each sequence drawing from its own.
     acceptance_types: AcceptanceMixture | None = None
 
     def extra_tokens(self, caps: np.ndarray) -> np.ndarray:

@@ -158,10 +158,10 @@ class SpeculativeDecoderConfig(SamplingConfig):
     )
     calibrate_from: str | None = Field(
         default=None,
-        description="Simulator: a run id (prefix) in the database whose recorded accepted-"
-        "tokens histogram replaces `acceptance`; from a run with `adaptive` k, its request "
+        description="Simulator: a run id (prefix) in the database whose measured acceptance "
+        "replaces `acceptance`: from a chain draft's run (fixed or `adaptive` k), its request "
         "types' per-position acceptance rates and its first steps' (each emission's draft "
-        "replayed through the rule).",
+        "replayed through the run's length rule); from a tree's, its accepted-tokens histogram.",
     )
     host_overhead_ms: HostOverheadMs = 0.0
 

@@ -178,6 +178,23 @@ class CalibratedCostConfig(StrictModel):
         description="Price the scenario with a profile measured on another device or dtype "
         "than its own (a what-if). Off: such a profile is refused.",
     )
+    draft_profile: str | None = Field(
+        default=None,
+        description="Speculative decoding: the draft model's calibration profile (`workbench "
+        "calibrate --model DRAFT`), in the run's results database; its measured forwards price "
+        "the draft's (a profile of the target says nothing of the draft). `--backend both` "
+        "picks the latest of the draft's shape when left out.",
+    )
+    draft_profile_csv: Path | None = Field(
+        default=None,
+        description="The draft's profile exported with `workbench calibrate --csv FILE`, "
+        "instead of `draft_profile`.",
+    )
+    draft_roofline: bool = Field(
+        default=False,
+        description="Price the draft by the scenario hardware's roofline instead of a profile "
+        "(a what-if: the draft's own cost unmeasured, and on a CPU far too cheap).",
+    )
     price_scale: float = Field(
         default=1.0,
         gt=0.0,
@@ -192,6 +209,11 @@ class CalibratedCostConfig(StrictModel):
     def _one_profile(self) -> CalibratedCostConfig:
         if (self.profile is None) == (self.profile_csv is None):
             raise ValueError("give exactly one of profile (in the database) or profile_csv")
+        drafts = [self.draft_profile, self.draft_profile_csv, self.draft_roofline or None]
+        if sum(d is not None for d in drafts) > 1:
+            raise ValueError(
+                "give at most one of draft_profile, draft_profile_csv or draft_roofline"
+            )
         return self
 
 

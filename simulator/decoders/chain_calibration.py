@@ -1,30 +1,31 @@
-"""What a stored speculative run with an adaptive draft length measured of its draft.
+"""What a stored speculative run with a chain draft measured of its draft, fixed or adaptive k.
 
-A histogram of tokens per step describes a fixed draft. A run with an adaptive length drafted
-fewer tokens after poor acceptance, so its steps are not a full draft's. Each decode emission
-is replayed in order: the rule's length (`AdaptiveDraftLength`, fed with the sequence's
-earlier accepted counts and reset where the records show a prefill, as the real decoder
-forgets a preempted sequence), the drafted tokens (that length capped at the room), the
-accepted ones. Accepting a of d drafted tokens reached positions 1..min(a + 1, d) and
-accepted 1..a, so a position's rate is accepted / reached, and a full draft accepts at least
-i tokens with probability Π rates[:i].
+Each decode emission is replayed in order: the drafted length (k, or with an adaptive length
+the rule's, `AdaptiveDraftLength`, fed with the sequence's earlier accepted counts and reset
+where the records show a prefill, as the real decoder forgets a preempted sequence), capped
+at the room, and the accepted tokens. Accepting a of d drafted tokens reached positions
+1..min(a + 1, d) and accepted 1..a, so a position's rate is accepted / reached, and a full
+draft accepts at least i tokens with probability Π rates[:i]. (A fixed k is the rule at its
+longest: `min_tokens` = k.)
 
 Acceptance differs mostly between requests: in two runs of the zoo's `small` pair, 41.5 % and
 52 % of the requests accepted over 5 tokens a step on average and 22.5 % and 20 % under 2
 (means under the adaptive rule, which widens the spread), and past an answer's first eight
-tokens a step accepted 3.2-3.7 whatever the position. The rule drafts long for the first kind
-and short for the second, so one pooled set of rates, drawn independently per step, gives the
-simulated rule the wrong mix (11-13 % fewer accepted tokens per step than measured on that
-pair). The
-measurement is a mixture of request types instead, each with its own rates, fitted by
+tokens a step accepted 3.2-3.7 whatever the position. An adaptive rule drafts long for the
+first kind and short for the second, so one pooled set of rates, drawn independently per
+step, gives the simulated rule the wrong mix (11-13 % fewer accepted tokens per step than
+measured on that pair); with a fixed k the pooled rates give the right mean but too narrow a
+spread of per-request latency (the TPOT p90 of a twin of a `small` run at k = 4: 41 % short).
+The measurement is a mixture of request types instead, each with its own rates, fitted by
 expectation-maximisation over the run's sequences (one type per sequence, from its prefill
 on), with as many types (1-3) as the Bayesian information criterion prefers. A sequence's
 first decode step, right after its prompt, has rates of its own, pooled over the types (on
 that pair it accepted nothing in 34 % of requests and all six in 33-36 %; an answer's first
-eight tokens came at 2.0-2.1 accepted a step): it drafts k, and what it accepts sets where the
-rule starts. The simulator draws a sequence's type apart from its first step's outcome, which
-in the runs are most likely related. A request's last emission is read as capped by its room
-(no rejection counted), as it is when the output limit ends it, and nearly so when EOS does.
+eight tokens came at 2.0-2.1 accepted a step): it drafts k, and what it accepts sets where an
+adaptive rule starts. The simulator draws a sequence's type apart from its first step's
+outcome, which in the runs are most likely related. A request's last emission is read as
+capped by its room (no rejection counted), as it is when the output limit ends it, and nearly
+so when EOS does.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ RATE_FLOOR = 1e-6  # keeps log(rate) and log(1 − rate) finite
 WEIGHT_FLOOR = 1e-300  # keeps log(weight) finite
 
 
+def fixed_length(k: int) -> AdaptiveKConfig:
+    """A fixed draft of k as the adaptive rule at its longest (it never drafts fewer)."""
+    return AdaptiveKConfig(min_tokens=k)
+
+
 @dataclass(frozen=True)
 class ReplayedDraft:
     first: bool  # the sequence's first decode step (since its prefill)
@@ -54,7 +60,7 @@ class ReplayedDraft:
 
 
 @dataclass(frozen=True)
-class AdaptiveMeasurement:
+class ChainMeasurement:
     rates: np.ndarray  # (k,) acceptance rate of drafted positions 1..k, every step pooled
     first_rates: np.ndarray  # (k,) those of a sequence's first decode step
     type_weights: np.ndarray  # (S,) share of sequences of each type
@@ -71,10 +77,12 @@ class _Steps:
     starts: np.ndarray  # (m,) int64: each sequence's first step
 
 
-def measure_adaptive(
-    emissions: DecodeEmissions, k: int, adaptive: AdaptiveKConfig, field: str
-) -> AdaptiveMeasurement:
-    steps = _steps(list(replayed_drafts(emissions, k, adaptive, field)), k)
+def measure_chain(
+    emissions: DecodeEmissions, k: int, rule: AdaptiveKConfig, field: str
+) -> ChainMeasurement:
+    """The run's rates: k its longest draft, `rule` its draft length's (`fixed_length(k)`
+    for a fixed k)."""
+    steps = _steps(list(replayed_drafts(emissions, k, rule, field)), k)
     reached = steps.reached.sum(axis=0)  # (k,)
     if not reached.all():
         raise WorkbenchError(
@@ -86,18 +94,18 @@ def measure_adaptive(
     first = _rates(steps.reached[steps.starts], steps.accepted[steps.starts], pooled)
     later = _later_steps(steps)
     if not len(later.reached):  # every sequence ended after one decode step
-        return AdaptiveMeasurement(pooled, first, np.ones(1), pooled[None, :])
+        return ChainMeasurement(pooled, first, np.ones(1), pooled[None, :])
     most = min(MAX_TYPES, len(later.starts))  # no more types than sequences
     fits = [_fit_types(later, pooled, n) for n in range(1, most + 1)]
     weights, rates, _ = min(fits, key=lambda fit: _bic(fit[2], len(fit[0]), k, len(later.reached)))
-    return AdaptiveMeasurement(pooled, first, weights, rates)
+    return ChainMeasurement(pooled, first, weights, rates)
 
 
 def replayed_drafts(
-    emissions: DecodeEmissions, k: int, adaptive: AdaptiveKConfig, field: str
+    emissions: DecodeEmissions, k: int, rule: AdaptiveKConfig, field: str
 ) -> Iterator[ReplayedDraft]:
     """Every decode emission's draft, in request then step order."""
-    rule = AdaptiveDraftLength(k, adaptive)
+    lengths = AdaptiveDraftLength(k, rule)
     spans = zip(
         emissions.request_row.tolist(),
         emissions.tokens.tolist(),
@@ -109,18 +117,18 @@ def replayed_drafts(
     )
     for row, tokens, count, before, output, after_prefill in spans:
         if after_prefill:
-            rule.release(row)  # a new request, or one preempted: no history
+            lengths.release(row)  # a new request, or one preempted: no history
         for j in range(count):
-            first = not rule.has_history(row)
-            drafted = min(rule.length(row), output - 1 - (before + j * tokens))  # room caps it
+            first = not lengths.has_history(row)
+            drafted = min(lengths.length(row), output - 1 - (before + j * tokens))  # room caps it
             taken = tokens - 1
             if taken > drafted:
                 raise WorkbenchError(
-                    f"request row {row} accepted {taken} tokens where the run's adaptive rule "
-                    f"drafts {drafted}: its records do not follow its decoder configuration",
+                    f"request row {row} accepted {taken} tokens where the run's draft length "
+                    f"rule drafts {drafted}: its records do not follow its decoder configuration",
                     field=field,
                 )
-            rule.remember(row, taken)
+            lengths.remember(row, taken)
             yield ReplayedDraft(first, drafted, taken)
 
 

@@ -1,0 +1,160 @@
+"""A calibrated speculative twin prices the draft model's forwards by the draft's own profile
+(`cost_model.draft_profile`), or says how else: never the target's profile, never silently
+the roofline."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from calibration_helpers import (
+    TINY_DRAFT_SHAPE,
+    grid_works,
+    points_of,
+    profile,
+    store_profile,
+    tiny_config,
+    truth,
+)
+from pydantic import ValidationError
+from scenario_helpers import SCENARIOS
+
+from simulator.catalogs.models import model_from_hf_config
+from simulator.cost_models.base import StepWork
+from simulator.cost_models.calibrated import (
+    CalibratedCostModel,
+    Preferences,
+    with_draft_profile,
+)
+from simulator.cost_models.roofline import RooflineCostModel
+from simulator.decoders.draft_cost import draft_cost_model
+from simulator.run import simulate
+from workbench.errors import WorkbenchError
+from workbench.scenario.loader import load_scenario
+from workbench.scenario.scenario import Scenario
+from workbench.scenario.system import CalibratedCostConfig
+from workbench.store.db import ResultsStore
+
+DRAFT_SPEED = 0.25  # the draft's steps cost this much of the target's
+
+
+@pytest.fixture
+def store() -> Iterator[ResultsStore]:
+    """A target profile and a draft profile, each of its own shape."""
+    with ResultsStore.open(":memory:") as db:
+        works = grid_works()
+        seconds = [truth().step_time_s(w) for w in works]
+        store_profile(db, profile("target"), points_of(works, seconds))
+        draft_seconds = [DRAFT_SPEED * s for s in seconds]
+        store_profile(db, profile("draft", shape=TINY_DRAFT_SHAPE), points_of(works, draft_seconds))
+        yield db
+
+
+def scenario(tmp_path: Path, cost: str) -> Scenario:
+    target = tiny_config(tmp_path / "target")
+    draft = tiny_config(tmp_path / "draft", TINY_DRAFT_SHAPE)
+    return load_scenario(
+        SCENARIOS / "speculative_sim.yaml",
+        [
+            f"model={{name: tiny, config_path: {target}, dtype: fp32}}",
+            "hardware={gpu: cpu}",
+            f"decoder.draft={{config_path: {draft}}}",
+            f"cost_model={cost}",
+            "workload.lengths_from_trace=null",
+            "workload.prompt_tokens={kind: fixed, value: 10}",
+            "workload.output_tokens={kind: fixed, value: 40}",
+            "workload.num_requests=20",
+            "scheduler.kv_cache.num_blocks=256",
+        ],
+    )
+
+
+def draft_shape(tmp_path: Path):
+    return model_from_hf_config(tiny_config(tmp_path / "draft", TINY_DRAFT_SHAPE), name="draft")
+
+
+def test_the_draft_is_priced_by_its_profiles_forward_times(
+    tmp_path: Path, store: ResultsStore
+) -> None:
+    cost = "{kind: calibrated, profile: target, draft_profile: draft}"
+    model = draft_cost_model(scenario(tmp_path, cost), draft_shape(tmp_path), store)
+    assert isinstance(model, CalibratedCostModel)
+    for batch in (1, 4, 16):
+        work = StepWork(decode_batch_size=batch, decode_context_sum=batch * 64)
+        # points_of measures each forward at 0.9 of its step: the draft runs inside a step
+        expected = 0.9 * DRAFT_SPEED * truth().step_time_s(work)
+        assert model.step_time_s(work) == pytest.approx(expected, rel=0.03)
+
+
+def test_without_a_draft_price_a_calibrated_scenario_is_refused(
+    tmp_path: Path, store: ResultsStore
+) -> None:
+    unpriced = scenario(tmp_path, "{kind: calibrated, profile: target}")
+    with pytest.raises(WorkbenchError, match=r"cost_model\.draft_profile: .*draft_roofline") as e:
+        simulate(unpriced, store=store)
+    assert "\n" not in str(e.value)
+
+
+def test_a_draft_profile_of_another_shape_is_refused(tmp_path: Path, store: ResultsStore) -> None:
+    wrong = scenario(tmp_path, "{kind: calibrated, profile: target, draft_profile: target}")
+    with pytest.raises(WorkbenchError, match=r"cost_model\.draft_profile: .*another model"):
+        simulate(wrong, store=store)
+
+
+def test_the_roofline_only_when_asked(tmp_path: Path, store: ResultsStore) -> None:
+    roofline = scenario(tmp_path, "{kind: calibrated, profile: target, draft_roofline: true}")
+    model = draft_cost_model(roofline, draft_shape(tmp_path), store)
+    assert isinstance(model, RooflineCostModel)
+
+
+def test_one_way_of_pricing_the_draft_at_most() -> None:
+    with pytest.raises(ValidationError, match="at most one of draft_profile"):
+        CalibratedCostConfig(kind="calibrated", profile="p", draft_profile="d", draft_roofline=True)
+
+
+def test_the_draft_s_forwards_lengthen_each_step(tmp_path: Path, store: ResultsStore) -> None:
+    """A draft twice as slow lengthens each decode step by the draft's forwards: k = 4 is a
+    catch-up forward (one or two tokens) and three single-token ones, at batch 1 (mostly, here:
+    a request ends before the next arrives)."""
+    works = grid_works()
+    slower = [2 * DRAFT_SPEED * truth().step_time_s(w) for w in works]
+    store_profile(store, profile("slow-draft", shape=TINY_DRAFT_SHAPE), points_of(works, slower))
+    mean_decode_s = {}
+    for name in ("draft", "slow-draft"):
+        cost = f"{{kind: calibrated, profile: target, draft_profile: {name}}}"
+        steps = simulate(scenario(tmp_path, cost), store=store).steps
+        alone = (steps.decode_tokens == 1) & (steps.prefill_tokens == 0)
+        assert alone.sum() > 0.9 * (steps.decode_tokens > 0).sum()
+        mean_decode_s[name] = float(np.mean(steps.duration_s[alone]))
+    model = draft_cost_model(
+        scenario(tmp_path, "{kind: calibrated, profile: target, draft_profile: draft}"),
+        draft_shape(tmp_path),
+        store,
+    )
+    single = model.step_time_s(StepWork(decode_batch_size=1, decode_context_sum=30))
+    added = mean_decode_s["slow-draft"] - mean_decode_s["draft"]  # the draft's own time
+    assert 2.7 * single < added < 6 * single
+
+
+def test_a_twin_finds_the_draft_s_latest_profile(tmp_path: Path, store: ResultsStore) -> None:
+    twin = scenario(tmp_path, "{kind: calibrated, profile: target}")
+    cost = twin.cost_model
+    assert isinstance(cost, CalibratedCostConfig)
+    draft = (draft_shape(tmp_path), tmp_path / "draft")
+    found = with_draft_profile(cost, twin, draft, store, Preferences())
+    assert found.draft_profile == store.find_profile("draft").profile_id
+    asked = cost.model_copy(update={"draft_roofline": True})
+    assert with_draft_profile(asked, twin, draft, store, Preferences()) == asked
+
+
+def test_a_twin_without_a_draft_profile_says_how_to_measure_one(tmp_path: Path) -> None:
+    with ResultsStore.open(":memory:") as empty:
+        twin = scenario(tmp_path, "{kind: calibrated, profile: target}")
+        assert isinstance(twin.cost_model, CalibratedCostConfig)
+        draft = (draft_shape(tmp_path), tmp_path / "draft")
+        with pytest.raises(
+            WorkbenchError, match=r"workbench calibrate --model .*draft --device cpu"
+        ):
+            with_draft_profile(twin.cost_model, twin, draft, empty, Preferences())
