@@ -1,13 +1,14 @@
-"""Speculative decoding on the real engine beside its simulated twin, timed (opt-in; about 6
-minutes on 2 cores, more the first time, when it calibrates).
+"""Speculative decoding on the real engine beside its simulated twin, timed (opt-in; about 3
+minutes on 2 cores, 5 more the first time, when it calibrates the target and the draft).
 
 For a zoo pair (default `small`): calibration profiles of its target and of its draft
 (`workbench calibrate`, skipped when the database holds them), a real speculative run (k = 4)
-whose acceptance the twins replay (`decoder.calibrate_from`), then `workbench run --backend
-both` on held-out workloads (another seed, longer outputs, two arrival rates). Each real run
-gets two twins: the draft's forwards priced by the draft's own profile (what `--backend both`
-does) and by the CPU roofline (`cost_model.draft_roofline`, what it did before). Printed: the
-pair's error table (sim / real − 1) for each twin.
+whose acceptance the twins replay (`decoder.calibrate_from`: request types), then `workbench
+run --backend both` on held-out workloads (another seed, longer outputs, two arrival rates).
+Each real run gets two twins, the same but for the draft's price: the draft's own profile
+(what `--backend both` does) or the CPU roofline (`cost_model.draft_roofline`, as `--backend
+both` priced it before draft profiles). Printed: the pair's error table (sim / real − 1) for
+each twin. The latest run of each label is compared, so a database can be reused.
 
     workbench zoo build small
     python benchmarks/speculative_twins.py --zoo small --db /tmp/st.duckdb
@@ -58,8 +59,8 @@ def profiles(db: Path, zoo: str, zoo_dir: Path) -> tuple[str, str]:
 def labelled(db: Path, label: str, backend: str) -> str:
     with ResultsStore.open(db, read_only=True) as store:
         runs = store.list_runs()
-        (run,) = [r for r in runs if (r.get("label"), r["backend"]) == (label, backend)]
-        return str(run["run_id"])
+        matching = [r for r in runs if (r.get("label"), r["backend"]) == (label, backend)]
+        return str(matching[-1]["run_id"])  # the latest
 
 
 def roofline_twin(db: Path, twin_id: str) -> str:

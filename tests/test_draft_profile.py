@@ -21,7 +21,7 @@ from calibration_helpers import (
 from pydantic import ValidationError
 from scenario_helpers import SCENARIOS
 
-from simulator.catalogs.models import model_from_hf_config
+from simulator.catalogs.models import ModelSpec, model_from_hf_config
 from simulator.cost_models.base import StepWork
 from simulator.cost_models.calibrated import (
     CalibratedCostModel,
@@ -71,7 +71,7 @@ def scenario(tmp_path: Path, cost: str) -> Scenario:
     )
 
 
-def draft_shape(tmp_path: Path):
+def draft_shape(tmp_path: Path) -> ModelSpec:
     return model_from_hf_config(tiny_config(tmp_path / "draft", TINY_DRAFT_SHAPE), name="draft")
 
 
@@ -95,6 +95,12 @@ def test_without_a_draft_price_a_calibrated_scenario_is_refused(
     with pytest.raises(WorkbenchError, match=r"cost_model\.draft_profile: .*draft_roofline") as e:
         simulate(unpriced, store=store)
     assert "\n" not in str(e.value)
+
+
+def test_an_unknown_draft_profile_is_named_as_such(tmp_path: Path, store: ResultsStore) -> None:
+    unknown = scenario(tmp_path, "{kind: calibrated, profile: target, draft_profile: nope}")
+    with pytest.raises(WorkbenchError, match=r"cost_model\.draft_profile: no calibration profile"):
+        simulate(unknown, store=store)
 
 
 def test_a_draft_profile_of_another_shape_is_refused(tmp_path: Path, store: ResultsStore) -> None:
@@ -145,6 +151,15 @@ def test_a_twin_finds_the_draft_s_latest_profile(tmp_path: Path, store: ResultsS
     draft = (draft_shape(tmp_path), tmp_path / "draft")
     found = with_draft_profile(cost, twin, draft, store, Preferences())
     assert found.draft_profile == store.find_profile("draft").profile_id
+    works = grid_works()
+    later = profile("draft-again", shape=TINY_DRAFT_SHAPE)
+    later.created_at, later.threads = later.created_at + 60, 4  # newer, on other threads
+    store_profile(store, later, points_of(works, [1e-3] * len(works)))
+    newest = with_draft_profile(cost, twin, draft, store, Preferences())
+    assert newest.draft_profile == store.find_profile("draft-again").profile_id
+    on_two_threads = Preferences(machine=("test CPU", 2))  # this machine's first
+    chosen = with_draft_profile(cost, twin, draft, store, on_two_threads)
+    assert chosen.draft_profile == store.find_profile("draft").profile_id
     asked = cost.model_copy(update={"draft_roofline": True})
     assert with_draft_profile(asked, twin, draft, store, Preferences()) == asked
 

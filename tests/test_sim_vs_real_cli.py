@@ -328,3 +328,40 @@ def test_the_twin_prefers_a_profile_of_this_machine(tiny_zoo: Path, tmp_path: Pa
         ).profile != (first.profile_id)  # without the machine: the latest
         real, _ = twin_scenarios(scenario, store, None)  # so the twin runs, not refused
         assert real.cost_model.profile == first.profile_id
+
+
+def test_a_speculative_twin_prices_its_draft_by_the_draft_s_profile(
+    tiny_zoo: Path, tmp_path: Path
+) -> None:
+    from calibration_helpers import (
+        TINY_DRAFT_SHAPE,
+        grid_works,
+        points_of,
+        profile,
+        store_profile,
+        truth,
+    )
+
+    from workbench.errors import WorkbenchError
+    from workbench.runner import twin_scenarios
+    from workbench.scenario.loader import load_scenario
+
+    works = grid_works()
+    points = points_of(works, [truth().step_time_s(w) for w in works])
+    target = measured_here(profile())
+    elsewhere, here = (measured_here(profile("d", shape=TINY_DRAFT_SHAPE)) for _ in range(2))
+    elsewhere.device_name = "AMD EPYC 7B13 ×2"
+    for p in (target, elsewhere, here):
+        p.info |= {"kernels": "grouped"}
+    speculative = SCENARIO.parent / "speculative_real.yaml"
+    scenario = load_scenario(speculative, [f"model.zoo_dir={tiny_zoo}"])
+    with ResultsStore.open(tmp_path / "s.duckdb") as store:
+        store_profile(store, target, points)
+        with pytest.raises(WorkbenchError, match=r"draft_profile: no complete .* --model \S+draft"):
+            twin_scenarios(scenario, store, None)
+        store_profile(store, elsewhere, points)
+        with pytest.raises(WorkbenchError, match=r"draft_profile: the draft's calibration profile"):
+            twin_scenarios(scenario, store, None)
+        mine = store_profile(store, here, points)
+        real, twin = twin_scenarios(scenario, store, None)
+        assert twin.cost_model.draft_profile == real.cost_model.draft_profile == mine.profile_id

@@ -397,7 +397,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             )
         _print_fit_terms(model)
         _print_repeatability(points)
-        print(f"use it with: cost_model: {{kind: calibrated, profile: {profile.name}}}")
+        print(
+            f"use it with: cost_model: {{kind: calibrated, profile: {profile.name}}} (for a "
+            f"speculative draft's model: draft_profile: {profile.name})"
+        )
         if args.csv:
             print(f"csv: {store.export_profile_csv(profile.profile_id, Path(args.csv))}")
     return 0

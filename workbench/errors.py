@@ -21,6 +21,10 @@ class WorkbenchError(Exception):
         text = f"{prefix}: {self.detail}" if prefix else self.detail
         return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
+    def for_field(self, field: str) -> WorkbenchError:
+        """The same error named against `field` (a shared reader's caller knows which)."""
+        return WorkbenchError(self.detail, source=self.source, field=field)
+
     def with_source(self, source: str) -> WorkbenchError:
         """Name the file the bad input came from, when the raiser did not know it."""
         if self.source is None:

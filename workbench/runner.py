@@ -19,7 +19,6 @@ from workbench.scenario.decoders import draft_field, draft_of, with_draft
 from workbench.scenario.scenario import Scenario
 from workbench.scenario.system import CalibratedCostConfig
 from workbench.store.db import ResultsStore
-from workbench.store.profiles import read_csv_profile
 from workbench.sweep import SweepPoint, expand, point_source
 
 if TYPE_CHECKING:
@@ -306,11 +305,11 @@ def twin_scenarios(
     cost = calibrated_config_for(resolved, store, profile, kernels, machine, linear)
     cost = _with_draft_priced(cost, resolved, store, Preferences(kernels, machine, linear))
     if not cost.allow_other_device:
-        for measured, source in _twin_profiles(cost, store):
-            _check_device_name(measured, machine.device_name, source)
-            _check_threads(measured.threads, machine.threads, source)
-            _check_kernels(measured, kernels, source)
-            _check_linear(measured, linear, source)
+        for measured in _twin_profiles(cost, store):
+            _check_device_name(measured, machine.device_name)
+            _check_threads(measured, machine.threads)
+            _check_kernels(measured, kernels)
+            _check_linear(measured, linear)
     # The real run carries the twin's cost model too (the real backend reads none), so the
     # pair's configurations differ in their backend alone.
     real = real.model_copy(update={"cost_model": cost})
@@ -332,29 +331,45 @@ def _with_draft_priced(
     return with_draft_profile(cost, resolved, (spec, folder), store, prefer)
 
 
-def _twin_profiles(cost: CalibratedCostConfig, store: ResultsStore) -> list[tuple[Profile, str]]:
-    """The profiles pricing the twin (the target's, and a draft's) and where each was read:
-    the database's, or an exported CSV's (which carries the same columns, so the same checks
-    apply)."""
-    refs = [(cost.profile, cost.profile_csv), (cost.draft_profile, cost.draft_profile_csv)]
-    profiles = []
-    for ref, csv in refs:
-        if csv is not None:
-            profiles.append((read_csv_profile(csv)[0], str(csv)))
-        elif ref is not None:
-            profiles.append((store.find_profile(ref), str(store.path)))
-    return profiles
+class TwinProfile(NamedTuple):
+    """A profile pricing a twin, where it was read (the database, or an exported CSV, which
+    carries the same columns, so the same checks apply) and the scenario field naming it."""
+
+    profile: Profile
+    source: str
+    field: str
+
+    @property
+    def name(self) -> str:
+        draft = self.field == "cost_model.draft_profile"
+        return "the draft's calibration profile" if draft else "the calibration profile"
 
 
-def _check_threads(profile_threads: int, threads: int, source: str) -> None:
+def _twin_profiles(cost: CalibratedCostConfig, store: ResultsStore) -> list[TwinProfile]:
+    """The profiles pricing the twin: the target's, and a draft's."""
+    refs = [
+        ("cost_model.profile", cost.profile, cost.profile_csv),
+        ("cost_model.draft_profile", cost.draft_profile, cost.draft_profile_csv),
+    ]
+    from simulator.cost_models.calibrated import read_profile
+
+    return [
+        TwinProfile(read_profile(ref, csv, store, field)[0], str(csv or store.path), field)
+        for field, ref, csv in refs
+        if ref is not None or csv is not None
+    ]
+
+
+def _check_threads(twin: TwinProfile, threads: int) -> None:
     """A CPU profile measured with other intra-op threads prices another machine."""
-    if profile_threads != threads:
+    measured = twin.profile.threads
+    if measured != threads:
         raise WorkbenchError(
-            f"the calibration profile was measured with {profile_threads} torch threads, this "
-            f"run has {threads} (OMP_NUM_THREADS): calibrate with the threads the real run "
-            "uses, or set cost_model.allow_other_device: true",
-            source=source,
-            field="cost_model.profile",
+            f"{twin.name} was measured with {measured} torch threads, this run has {threads} "
+            "(OMP_NUM_THREADS): calibrate with the threads the real run uses, or set "
+            "cost_model.allow_other_device: true",
+            source=twin.source,
+            field=twin.field,
         )
 
 
@@ -374,15 +389,15 @@ def _this_machine(real: Scenario) -> Machine:
     return Machine(device_name(pick_device(real.hardware.gpu)), torch.get_num_threads())
 
 
-def _check_device_name(profile: Profile, here: str, source: str) -> None:
+def _check_device_name(twin: TwinProfile, here: str) -> None:
     """A profile of another card or processor prices another machine, even of the same kind
     (the cost model checks cpu or cuda and the dtype; this is the model of the device)."""
-    if profile.device_name != here:
+    if twin.profile.device_name != here:
         raise WorkbenchError(
-            f"the calibration profile was measured on {profile.device_name}, this run is on "
+            f"{twin.name} was measured on {twin.profile.device_name}, this run is on "
             f"{here}: calibrate on this machine, or set cost_model.allow_other_device: true",
-            source=source,
-            field="cost_model.profile",
+            source=twin.source,
+            field=twin.field,
         )
 
 
@@ -458,17 +473,17 @@ def _run_kernels(real: Scenario) -> str:
         raise WorkbenchError(str(e), field="model.kernels") from None
 
 
-def _check_kernels(profile: Profile, kernels: str, source: str) -> None:
+def _check_kernels(twin: TwinProfile, kernels: str) -> None:
     """A profile of other attention kernels prices another engine (the plain references pad
     every row of a step to its longest, the grouped ones do not)."""
-    measured = profile.kernels
+    measured = twin.profile.kernels
     if measured != kernels:
         raise WorkbenchError(
-            f"the calibration profile was measured with the {measured} kernels, this run "
+            f"{twin.name} was measured with the {measured} kernels, this run "
             f"uses the {kernels} ones: calibrate again (--kernels), or set model.kernels: "
             f"{measured}, or cost_model.allow_other_device: true",
-            source=source,
-            field="cost_model.profile",
+            source=twin.source,
+            field=twin.field,
         )
 
 
@@ -480,18 +495,18 @@ def _run_linear(real: Scenario) -> str:
     return default_linear(dtype_of(real.model.dtype), pick_device(real.hardware.gpu))
 
 
-def _check_linear(profile: Profile, linear: str, source: str) -> None:
+def _check_linear(twin: TwinProfile, linear: str) -> None:
     """A profile whose linear layers ran another GEMM prices another engine (on CPU, the
     prepacked weights cost 1.5x MKL's at 2-3 rows on an Intel machine, 0.4-0.6x from 3 rows
     on an AMD one); a profile from before this was recorded ran the default of its day."""
-    measured = profile.linear
+    measured = twin.profile.linear
     if measured != linear:
         raise WorkbenchError(
-            f"the calibration profile's linear layers ran on {measured}, this run's will run "
+            f"{twin.name}'s linear layers ran on {measured}, this run's will run "
             f"on {linear}: calibrate again with this code, or set "
             f"cost_model.allow_other_device: true",
-            source=source,
-            field="cost_model.profile",
+            source=twin.source,
+            field=twin.field,
         )
 
 

@@ -224,7 +224,10 @@ def read_profile(
     in `store`. field: the scenario field that named it (`cost_model.profile`, or
     `cost_model.draft_profile`)."""
     if csv is not None:
-        return read_csv_profile(csv)
+        try:
+            return read_csv_profile(csv)
+        except WorkbenchError as error:
+            raise error.for_field(f"{field}_csv") from None
     if store is None:
         raise WorkbenchError(
             f"the calibration profile {ref!r} is read from the results database: run "
@@ -232,7 +235,10 @@ def read_profile(
             f"{field}_csv",
             field=field,
         )
-    profile = store.find_profile(str(ref))
+    try:
+        profile = store.find_profile(str(ref))
+    except WorkbenchError as error:
+        raise error.for_field(field) from None
     if not profile.complete:
         raise WorkbenchError(
             f"{profile.describe()} is incomplete (its calibration was interrupted): run "
@@ -259,14 +265,18 @@ def calibrated_config_for(
     machine: tuple[str, int] | None = None,
     linear: str | None = None,
 ) -> CalibratedCostConfig:
-    """The calibrated cost model of a real scenario's simulated twin: profile `ref`, else the
+    """The calibrated cost model of a real scenario's simulated twin: profile `ref` (in the
+    scenario's own calibrated model when it has one, its other settings kept), else the
     scenario's own calibrated model, else the latest complete profile of its model shape,
     device and dtype in `store`, preferring one measured with `kernels` and `linear` (the
     run's), then on this `machine` (its device name, then its threads)."""
+    own = scenario.cost_model
+    if ref is not None and isinstance(own, CalibratedCostConfig):  # its draft settings kept
+        return own.model_copy(update={"profile": ref, "profile_csv": None})
     if ref is not None:
         return CalibratedCostConfig(kind="calibrated", profile=ref)
-    if isinstance(scenario.cost_model, CalibratedCostConfig):
-        return scenario.cost_model
+    if isinstance(own, CalibratedCostConfig):
+        return own
     best = latest_profile(
         store, resolve_model(scenario.model), scenario, Preferences(kernels, machine, linear)
     )

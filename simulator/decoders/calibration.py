@@ -43,6 +43,8 @@ class Calibration:
     accepted_counts: np.ndarray | None = None
     # A chain draft's run: per-position rates, pooled and by request type.
     chain: ChainMeasurement | None = None
+    # A fixed chain's run whose types could not be measured: why (its histogram is drawn).
+    types_unmeasured: str | None = None
 
     def distribution(self, k: int) -> AcceptanceDistribution:
         """Tokens a full draft of k (room for k more) accepts beyond its first."""
@@ -83,6 +85,8 @@ class Calibration:
         measured: dict[str, object] = {}
         if self.accepted_counts is not None:
             measured["calibrated_accepted_counts"] = self.accepted_counts.tolist()
+        if self.types_unmeasured is not None:
+            measured["calibrated_types_unmeasured"] = self.types_unmeasured
         if self.chain is not None:
             measured |= {
                 "calibrated_acceptance_rates": np.round(self.chain.rates, 6).tolist(),
@@ -108,10 +112,14 @@ def calibrate(store: ResultsStore | None, run_ref: str) -> Calibration:
     if not isinstance(decoder, SpeculativeDecoderConfig) or decoder.tree is not None:
         return Calibration(run_id, accepted_counts=_histogram(run, decoder, emissions))
     k = decoder.num_speculative_tokens
-    chain = measure_chain(emissions, k, decoder.adaptive or fixed_length(k), FIELD)
     if decoder.adaptive is not None:
-        return Calibration(run_id, chain=chain)
-    return Calibration(run_id, accepted_counts=_histogram(run, decoder, emissions), chain=chain)
+        return Calibration(run_id, chain=measure_chain(emissions, k, decoder.adaptive, FIELD))
+    histogram = _histogram(run, decoder, emissions)
+    try:
+        chain = measure_chain(emissions, k, fixed_length(k), FIELD)
+    except WorkbenchError as error:  # e.g. no step reached position k: the histogram alone
+        return Calibration(run_id, accepted_counts=histogram, types_unmeasured=error.detail)
+    return Calibration(run_id, accepted_counts=histogram, chain=chain)
 
 
 def _histogram(run: dict, decoder: DecoderConfig, emissions: DecodeEmissions) -> np.ndarray:

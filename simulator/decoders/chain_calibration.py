@@ -14,8 +14,9 @@ Acceptance differs mostly between requests: in two runs of the zoo's `small` pai
 tokens a step accepted 3.2-3.7 whatever the position. An adaptive rule drafts long for the
 first kind and short for the second, so one pooled set of rates, drawn independently per
 step, gives the simulated rule the wrong mix (11-13 % fewer accepted tokens per step than
-measured on that pair); with a fixed k the pooled rates give the right mean but too narrow a
-spread of per-request latency (the TPOT p90 of a twin of a `small` run at k = 4: 41 % short).
+measured on that pair); with a fixed k the run's histogram, drawn alike for every step, gives
+the right mean but too narrow a spread of per-request latency (the TPOT p90 of a twin of a
+`small` run at k = 4: 41 % short).
 The measurement is a mixture of request types instead, each with its own rates, fitted by
 expectation-maximisation over the run's sequences (one type per sequence, from its prefill
 on), with as many types (1-3) as the Bayesian information criterion prefers. A sequence's
