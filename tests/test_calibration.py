@@ -118,6 +118,12 @@ def test_a_fixed_draft_s_run_without_enough_steps_for_types_keeps_its_histogram(
     assert "drafted position 2" in measured.info()["calibrated_types_unmeasured"]
 
 
+def test_a_fixed_draft_s_run_whose_records_break_its_k_is_refused(store: ResultsStore) -> None:
+    store.write_run(speculative_meta("bad", k=2), sequential_run([60] * 50, draw_from(KNOWN, 3), 4))
+    with pytest.raises(WorkbenchError, match="do not follow its decoder configuration"):
+        calibrate(store, "bad")
+
+
 def test_lookahead_calibrates_from_a_speculative_run(store: ResultsStore) -> None:
     store.write_run(
         speculative_meta("spec1", k=4), sequential_run([40] * 50, draw_from(KNOWN, 2), 4)

@@ -26,6 +26,7 @@ from simulator.cost_models.base import StepWork
 from simulator.cost_models.calibrated import (
     CalibratedCostModel,
     Preferences,
+    calibrated_config_for,
     with_draft_profile,
 )
 from simulator.cost_models.roofline import RooflineCostModel
@@ -173,3 +174,9 @@ def test_a_twin_without_a_draft_profile_says_how_to_measure_one(tmp_path: Path) 
             WorkbenchError, match=r"workbench calibrate --model .*draft --device cpu"
         ):
             with_draft_profile(twin.cost_model, twin, draft, empty, Preferences())
+
+
+def test_naming_the_target_s_profile_keeps_the_draft_s(tmp_path: Path, store: ResultsStore) -> None:
+    own = "{kind: calibrated, profile: old, draft_profile: draft, price_scale: 1.5}"
+    cost = calibrated_config_for(scenario(tmp_path, own), store, "target")
+    assert (cost.profile, cost.draft_profile, cost.price_scale) == ("target", "draft", 1.5)

@@ -23,7 +23,12 @@ from pydantic import TypeAdapter, ValidationError
 
 from simulator.decoders import lookahead, speculative
 from simulator.decoders.acceptance import AcceptanceDistribution, AcceptanceMixture
-from simulator.decoders.chain_calibration import ChainMeasurement, fixed_length, measure_chain
+from simulator.decoders.chain_calibration import (
+    ChainMeasurement,
+    UnreachedPosition,
+    fixed_length,
+    measure_chain,
+)
 from simulator.stored_runs import stored_run
 from workbench.errors import WorkbenchError
 from workbench.metrics.decode_emissions import DecodeEmissions, decode_emissions
@@ -117,7 +122,7 @@ def calibrate(store: ResultsStore | None, run_ref: str) -> Calibration:
     histogram = _histogram(run, decoder, emissions)
     try:
         chain = measure_chain(emissions, k, fixed_length(k), FIELD)
-    except WorkbenchError as error:  # e.g. no step reached position k: the histogram alone
+    except UnreachedPosition as error:  # too few or too short steps: the histogram alone
         return Calibration(run_id, accepted_counts=histogram, types_unmeasured=error.detail)
     return Calibration(run_id, accepted_counts=histogram, chain=chain)
 

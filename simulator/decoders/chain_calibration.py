@@ -48,6 +48,10 @@ RATE_FLOOR = 1e-6  # keeps log(rate) and log(1 − rate) finite
 WEIGHT_FLOOR = 1e-300  # keeps log(weight) finite
 
 
+class UnreachedPosition(WorkbenchError):
+    """No step of the run reached a drafted position: its acceptance there is unknown."""
+
+
 def fixed_length(k: int) -> AdaptiveKConfig:
     """A fixed draft of k as the adaptive rule at its longest (it never drafts fewer)."""
     return AdaptiveKConfig(min_tokens=k)
@@ -86,7 +90,7 @@ def measure_chain(
     steps = _steps(list(replayed_drafts(emissions, k, rule, field)), k)
     reached = steps.reached.sum(axis=0)  # (k,)
     if not reached.all():
-        raise WorkbenchError(
+        raise UnreachedPosition(
             f"no step of the run reached drafted position {np.argmin(reached) + 1} of {k}: "
             "its acceptance there is unknown (outputs too short?)",
             field=field,
