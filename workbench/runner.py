@@ -347,12 +347,12 @@ class TwinProfile(NamedTuple):
 
 def _twin_profiles(cost: CalibratedCostConfig, store: ResultsStore) -> list[TwinProfile]:
     """The profiles pricing the twin: the target's, and a draft's."""
+    from simulator.cost_models.calibrated import read_profile
+
     refs = [
         ("cost_model.profile", cost.profile, cost.profile_csv),
         ("cost_model.draft_profile", cost.draft_profile, cost.draft_profile_csv),
     ]
-    from simulator.cost_models.calibrated import read_profile
-
     return [
         TwinProfile(read_profile(ref, csv, store, field)[0], str(csv or store.path), field)
         for field, ref, csv in refs
