@@ -347,14 +347,14 @@ class TwinProfile(NamedTuple):
 
 def _twin_profiles(cost: CalibratedCostConfig, store: ResultsStore) -> list[TwinProfile]:
     """The profiles pricing the twin: the target's, and a draft's."""
-    from simulator.cost_models.calibrated import read_profile
+    from simulator.cost_models.calibrated import profile_of
 
     refs = [
         ("cost_model.profile", cost.profile, cost.profile_csv),
         ("cost_model.draft_profile", cost.draft_profile, cost.draft_profile_csv),
     ]
     return [
-        TwinProfile(read_profile(ref, csv, store, field)[0], str(csv or store.path), field)
+        TwinProfile(profile_of(ref, csv, store, field), str(csv or store.path), field)
         for field, ref, csv in refs
         if ref is not None or csv is not None
     ]

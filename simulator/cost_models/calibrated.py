@@ -223,6 +223,25 @@ def read_profile(
     """A complete profile and its points: from the CSV when given, else `ref` (a name or id)
     in `store`. field: the scenario field that named it (`cost_model.profile`, or
     `cost_model.draft_profile`)."""
+    profile, points = _located(ref, csv, store, field)
+    if points is not None:
+        return profile, points
+    assert store is not None  # _located read it from the database
+    return profile, store.profile_points(profile.profile_id)
+
+
+def profile_of(
+    ref: str | None, csv: Path | None, store: ResultsStore | None, field: str
+) -> Profile:
+    """`read_profile`'s profile without its points read from the database (a check of where
+    and how it was measured)."""
+    return _located(ref, csv, store, field)[0]
+
+
+def _located(
+    ref: str | None, csv: Path | None, store: ResultsStore | None, field: str
+) -> tuple[Profile, list[ProfilePoint] | None]:
+    """The profile, with its points when a CSV gave them."""
     if csv is not None:
         try:
             return read_csv_profile(csv)
@@ -246,7 +265,7 @@ def read_profile(
             source=store.path,
             field=field,
         )
-    return profile, store.profile_points(profile.profile_id)
+    return profile, None
 
 
 class Preferences(NamedTuple):
