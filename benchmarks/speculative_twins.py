@@ -5,10 +5,14 @@ For a zoo pair (default `small`): calibration profiles of its target and of its 
 (`workbench calibrate`, skipped when the database holds them), a real speculative run (k = 4)
 whose acceptance the twins replay (`decoder.calibrate_from`: request types), then `workbench
 run --backend both` on held-out workloads (another seed, longer outputs, two arrival rates).
-Each real run gets two twins, the same but for the draft's price: the draft's own profile
-(what `--backend both` does) or the CPU roofline (`cost_model.draft_roofline`, as `--backend
-both` priced it before draft profiles). Printed: the pair's error table (sim / real − 1) for
-each twin. The latest run of each label is compared, so a database can be reused.
+Each real run gets three twins: the draft priced by its own profile (what `--backend both`
+does), the same at the run's own speed (`--speed-matched`: every price scaled by the real
+run's target forwards against their prices, read from the run itself, so not a prediction),
+and the draft on the roofline (`cost_model.draft_roofline`, as `--backend both` priced it
+before draft profiles). Printed: the pair's error table (sim / real − 1) for each twin, the
+draft's forwards included. The latest run of each label is compared, so a database can be
+reused. `--device cuda` runs the pair in bf16 on the card (`scripts/gpu_checks.sh
+spec_twins`).
 
     workbench zoo build small
     python benchmarks/speculative_twins.py --zoo small --db /tmp/st.duckdb
@@ -20,6 +24,7 @@ import argparse
 from pathlib import Path
 
 from reports.collect import collect_run
+from reports.matching import simulator_twin, speed_matched_twin
 from reports.sim_vs_real import error, error_rows
 from workbench.cli import main as workbench
 from workbench.runner import run_scenario
@@ -39,6 +44,7 @@ HELD_OUT = [
 SHOWN = (
     *("TTFT median", "TPOT median", "TPOT p90", "TPOT p99", "ITL median", "E2E median", "E2E p90"),
     *("Requests/s", "Step wall median, decode only", "Step wall mean, decode only"),
+    "Draft forwards",
 )
 
 
@@ -47,13 +53,22 @@ def cli(args: list[str]) -> None:
         raise SystemExit(f"workbench {' '.join(args)} failed")
 
 
-def profiles(db: Path, zoo: str, zoo_dir: Path) -> tuple[str, str]:
-    """The pair's target and draft profile names, calibrated unless the database has them."""
-    target, draft = f"{zoo}-cpu-fp32", f"{zoo}-draft-cpu-fp32"
-    cli(["calibrate", "--model", zoo, "--db", str(db), "--no-progress"])
+def profiles(db: Path, zoo: str, zoo_dir: Path, engine: list[str]) -> tuple[str, str]:
+    """The pair's target and draft profile names, calibrated unless the database has them;
+    `engine` is `--device D --dtype T`."""
+    where = f"{engine[1]}-{engine[3]}"
+    target, draft = f"{zoo}-{where}", f"{zoo}-draft-{where}"
+    cli(["calibrate", "--model", zoo, "--db", str(db), "--no-progress", *engine])
     folder = zoo_dir / zoo / "draft"
-    cli(["calibrate", "--model", str(folder), "--name", draft, "--db", str(db), "--no-progress"])
+    calibrate_draft = ["calibrate", "--model", str(folder), "--name", draft, "--db", str(db)]
+    cli([*calibrate_draft, "--no-progress", *engine])
     return target, draft
+
+
+def on_device(device: str, dtype: str) -> list[str]:
+    """The scenario settings that put the pair on `device` in `dtype`."""
+    gpu = "cpu" if device == "cpu" else "h100-sxm"  # the real engine serves CUDA for any GPU
+    return [f"hardware.gpu={gpu}", f"model.dtype={dtype}"]  # the draft runs as the target
 
 
 def labelled(db: Path, label: str, backend: str) -> str:
@@ -61,6 +76,16 @@ def labelled(db: Path, label: str, backend: str) -> str:
         runs = store.list_runs()
         matching = [r for r in runs if (r.get("label"), r["backend"]) == (label, backend)]
         return str(matching[-1]["run_id"])  # the latest
+
+
+def twins_of(db: Path, real_id: str) -> tuple[str, str]:
+    """The real run's twin and its speed-matched twin (`--speed-matched`)."""
+    with ResultsStore.open(db, read_only=True) as store:
+        runs = [collect_run(store, r["run_id"]) for r in store.list_runs()]
+    real = next(run for run in runs if run.run_id == real_id)
+    twin, matched = simulator_twin(real, runs), speed_matched_twin(real, runs)
+    assert twin is not None and matched is not None, "--backend both --speed-matched stores both"
+    return twin.run_id, matched.run_id
 
 
 def roofline_twin(db: Path, twin_id: str) -> str:
@@ -96,10 +121,19 @@ def main() -> None:
     parser.add_argument("--zoo-dir", type=Path, default=Path("~/.cache/decoding-workbench/zoo"))
     parser.add_argument("--db", type=Path, required=True)
     parser.add_argument("--rates", type=float, nargs="+", default=[3.0, 6.0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument(
+        "--dtype",
+        choices=["fp32", "bf16"],
+        default=None,
+        help="default fp32 on the CPU, bf16 on CUDA",
+    )
     args = parser.parse_args()
+    dtype = args.dtype or ("fp32" if args.device == "cpu" else "bf16")
     zoo_dir = args.zoo_dir.expanduser()
-    target, _ = profiles(args.db, args.zoo, zoo_dir)
+    target, _ = profiles(args.db, args.zoo, zoo_dir, ["--device", args.device, "--dtype", dtype])
     pair = [f"model.zoo={args.zoo}", f"model.name=zoo-{args.zoo}", f"decoder.draft.zoo={args.zoo}"]
+    pair += on_device(args.device, dtype)
     base = ["run", str(SCENARIO), "--db", str(args.db), "--no-progress"]
     sets = [f"--set={s}" for s in pair + CALIBRATION]
     cli([*base, "--label", f"{args.zoo}-acceptance", *sets])
@@ -109,10 +143,13 @@ def main() -> None:
         held = [*pair, *HELD_OUT, f"workload.arrival={{kind: poisson, rate_per_s: {rate}}}"]
         held.append(f"decoder.calibrate_from={accepted}")
         sets = [f"--set={s}" for s in held]
-        cli([*base, "--backend", "both", "--profile", target, "--label", label, *sets])
-        real, twin = labelled(args.db, label, "real"), labelled(args.db, label, "sim")
+        both = ["--backend", "both", "--speed-matched", "--profile", target, "--label", label]
+        cli([*base, *both, *sets])
+        real = labelled(args.db, label, "real")
+        twin, matched = twins_of(args.db, real)
         print(f"\n{args.zoo}, held-out workload at {rate:g} req/s: real {real}, twins")
-        show(args.db, real, {"draft profile": twin, "draft roofline": roofline_twin(args.db, twin)})
+        twins = {"draft profile": twin, "at the run's speed": matched}
+        show(args.db, real, twins | {"draft roofline": roofline_twin(args.db, twin)})
 
 
 if __name__ == "__main__":

@@ -458,6 +458,7 @@ class RealEngine:
             drafted_tokens=outcome.drafted if outcome else 0,
             accepted_tokens=accepted,
             verified_tokens=outcome.verified if outcome else 0,
+            draft_s=outcome.draft_s if outcome else 0.0,
         )
 
     def _records(self) -> RunRecords:

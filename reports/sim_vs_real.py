@@ -3,7 +3,8 @@ steps and per-step wall time, and their CDFs overlaid.
 
 Error = sim / real − 1. Latencies are those of `workbench.metrics` (the median and the
 90th and 99th percentiles of completed requests); step wall times are `reports.step_walls`
-(end of one step to the end of the next, back-to-back steps only), by step kind.
+(end of one step to the end of the next, back-to-back steps only), by step kind; a drafting
+pair's draft forwards, per drafting step and per drafted token (`reports.step_walls`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 
 from reports.collect import RunData, collect_run
 from reports.content import Table
+from reports.step_walls import DraftTimes
 from reports.tables import MISSING, format_number
 
 if TYPE_CHECKING:
@@ -60,6 +62,19 @@ def error_rows(real: RunData, sim: RunData) -> list[tuple[str, float | None, flo
         for stat, reduce in (("median", np.median), ("mean", np.mean)):
             values = [float(reduce(x)) if len(x) else None for x in (real_ms, sim_ms)]
             rows.append((f"Step wall {stat}, {label} (ms)", values[0], values[1], 3))
+    return rows + _draft_rows(real.walls.draft, sim.walls.draft)
+
+
+def _draft_rows(
+    real: DraftTimes | None, sim: DraftTimes | None
+) -> list[tuple[str, float | None, float | None, int]]:
+    """A drafting pair's draft forwards (none where neither run recorded them)."""
+    if real is None and sim is None:
+        return []
+    rows: list[tuple[str, float | None, float | None, int]] = []
+    for label, name in (("per drafting step", "per_step_s"), ("per drafted token", "per_token_s")):
+        values = [None if t is None else 1000.0 * getattr(t, name) for t in (real, sim)]
+        rows.append((f"Draft forwards {label} (ms)", values[0], values[1], 3))
     return rows
 
 

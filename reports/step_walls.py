@@ -8,6 +8,9 @@ unfinished when the previous step ended. A step after an idle spell (nothing to 
 an arrival) is left out: its wait is the workload's, not the engine's. The simulator's
 steps follow each other back to back whenever they have work, so there the same rule gives
 each busy step's priced duration.
+
+A speculative step's draft forwards (`draft_s`) are measured alike: the real engine times
+its proposals, the simulator records the draft's priced share of each step.
 """
 
 from __future__ import annotations
@@ -28,6 +31,27 @@ class StepWalls:
     seconds: np.ndarray  # (k,) float64: wall time of each back-to-back step
     with_prefill: np.ndarray  # (k,) bool: the step computed prompt tokens
     steps: int  # every step of the run, busy or not
+    draft: DraftTimes | None = None  # a drafting run's draft forwards, where recorded
+
+
+@dataclass(frozen=True)
+class DraftTimes:
+    """The draft model's forwards over the steps that drafted."""
+
+    per_step_s: float  # mean draft time of a step that drafted
+    per_token_s: float  # summed draft time over summed drafted tokens
+
+
+def draft_times(records: RunRecords) -> DraftTimes | None:
+    """None: no draft model ran (nothing drafted, or drafted without one: lookahead's
+    candidates), or the steps did not record their draft time (before schema 11)."""
+    steps = records.steps
+    drafted = steps.drafted_tokens > 0  # (s,)
+    seconds = steps.draft_s[drafted]
+    if not (seconds > 0).any() or not np.isfinite(seconds).all():
+        return None
+    per_token = float(seconds.sum() / steps.drafted_tokens[drafted].sum())
+    return DraftTimes(float(seconds.mean()), per_token)
 
 
 def step_walls(records: RunRecords) -> StepWalls:
@@ -49,4 +73,5 @@ def step_walls(records: RunRecords) -> StepWalls:
         prefill.append(steps.prefill_tokens[rows][1:][busy] > 0)
     if not seconds:
         return StepWalls(np.zeros(0), np.zeros(0, dtype=bool), 0)
-    return StepWalls(np.concatenate(seconds), np.concatenate(prefill), len(steps.step))
+    draft = draft_times(records)
+    return StepWalls(np.concatenate(seconds), np.concatenate(prefill), len(steps.step), draft)

@@ -7,9 +7,10 @@
 #       [--apar-zoo apar-small --apar-loads "32 128 1000" --apar-copies 4] OUT_DIR [PART ...]
 #
 # PARTs, in order (default: all): env tests calibrate twins kernels speed decoders apar
-# (engine_tests: the CUDA engine tests alone, without the kernels' own; apar_tests: their APAR
-# ones alone; profile: this card's GEMM and attention times in Vidur's format, under
-# OUT_DIR/profile, for docs/cost_model_fidelity.md).
+# (spec_twins: speculative decoding's twins, docs/fidelity.md; engine_tests: the CUDA engine
+# tests alone, without the kernels' own; apar_tests: their APAR ones alone; profile: this
+# card's GEMM and attention times in Vidur's format, under OUT_DIR/profile, for
+# docs/cost_model_fidelity.md).
 # Every part appends to OUT_DIR/gpu_checks.log; data files land beside it. A part that fails
 # is reported and the next one still runs; the exit status is the number of failed parts.
 # --rates: the twins' request rates; --threads: the torch intra-op threads of the
@@ -17,7 +18,9 @@
 # --limit: stop a part after S seconds (it counts as failed), so one slow part cannot eat a
 # lease's time. --apar-zoo: the APAR model of part apar (default apar-tiny, 12 prompts; another
 # entry gets 24 prompts); --apar-loads: its request rates under load (default none);
-# --apar-copies: under load, each prompt that many times (default 1).
+# --apar-copies: under load, each prompt that many times (default 1). --spec-rates: the request
+# rates of part spec_twins (speculative decoding, `small`'s pair, beside twins whose draft is
+# priced by its own profile; its database lands in OUT_DIR).
 # Times on an H100 host (2026-11-25): env 15 s, tests 150 s, calibrate 75 s,
 # twins 120-150 s, speed 60 s (bf16 alone), apar 40 s; decoders about 20 s per prompt. On an
 # H200 host (2026-11-26): env 8 s, calibrate 53 s, twins 98 s, decoders 61 s, kernels 40 s,
@@ -29,6 +32,7 @@ LIMIT=""
 APAR_ZOO=apar-tiny
 APAR_LOADS=""
 APAR_COPIES=1
+SPEC_RATES="10 20"  # a k = 4 step of `small`'s pair takes about 6 ms at batch 1 on an H200 host
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --rates) RATES=$2; shift 2 ;;
@@ -37,17 +41,18 @@ while [[ $# -gt 0 && $1 == --* ]]; do
     --apar-zoo) APAR_ZOO=$2; shift 2 ;;
     --apar-loads) APAR_LOADS=$2; shift 2 ;;
     --apar-copies) APAR_COPIES=$2; shift 2 ;;
+    --spec-rates) SPEC_RATES=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-OUT=${1:?usage: bash scripts/gpu_checks.sh [--rates R] [--threads N] [--limit S] [--apar-zoo Z] [--apar-loads R] [--apar-copies N] OUT_DIR [PART ...]}
+OUT=${1:?usage: bash scripts/gpu_checks.sh [--rates R] [--threads N] [--limit S] [--apar-zoo Z] [--apar-loads R] [--apar-copies N] [--spec-rates R] OUT_DIR [PART ...]}
 shift
 PARTS=${*:-env tests calibrate twins kernels speed decoders apar}
 LOG="$OUT/gpu_checks.log"
 DB="$OUT/fidelity_cuda.duckdb"
 SMALL=$(python3 -c 'from real_backend.zoo.build import resolve_zoo_model as r; print(r("small", "target"))')
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 OUT LOG DB RATES THREADS SMALL APAR_ZOO APAR_LOADS APAR_COPIES
+export PYTHONUNBUFFERED=1 OUT LOG DB RATES THREADS SMALL APAR_ZOO APAR_LOADS APAR_COPIES SPEC_RATES
 
 wb() { python3 -m workbench "$@"; }
 
@@ -102,6 +107,13 @@ part_twins() {
   wb report --db "$DB" --out /tmp/gpu_checks_report >/dev/null || status=1
   cat /tmp/gpu_checks_report/report.md
   return $status
+}
+
+part_spec_twins() {
+  local rates
+  read -ra rates <<<"$SPEC_RATES"
+  OMP_NUM_THREADS=$THREADS python3 benchmarks/speculative_twins.py --zoo small --device cuda \
+    --db "$OUT/spec_twins_cuda.duckdb" --rates "${rates[@]}"
 }
 
 part_kernels() {

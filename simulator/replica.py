@@ -250,6 +250,7 @@ class SimReplica:
             "drafted_tokens": drafted,
             "accepted_tokens": accepted,
             "verified_tokens": plan.decode_batch_size if draw is None else draw.verified,
+            "draft_s": 0.0 if draw is None else draw.draft_s,
         }
         ends = self._ends[:steps]
         columns = self.recorder.steps

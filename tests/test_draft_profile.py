@@ -145,6 +145,26 @@ def test_the_draft_s_forwards_lengthen_each_step(tmp_path: Path, store: ResultsS
     assert 2.7 * single < added < 6 * single
 
 
+def test_each_step_records_the_draft_s_share(tmp_path: Path, store: ResultsStore) -> None:
+    """A simulated step records its draft's priced forwards: twice as slow a draft doubles
+    them and leaves the rest of the step (the target's share) as it was."""
+    works = grid_works()
+    slower = [2 * DRAFT_SPEED * truth().step_time_s(w) for w in works]
+    store_profile(store, profile("slow-draft", shape=TINY_DRAFT_SHAPE), points_of(works, slower))
+    draft_s, target_s = {}, {}
+    for name in ("draft", "slow-draft"):
+        cost = f"{{kind: calibrated, profile: target, draft_profile: {name}}}"
+        steps = simulate(scenario(tmp_path, cost), store=store).steps
+        drafting = steps.drafted_tokens > 0
+        assert (steps.draft_s[drafting] > 0).all()
+        assert (steps.draft_s[~drafting] == 0).all()
+        alone = drafting & (steps.decode_tokens == 1) & (steps.prefill_tokens == 0)
+        draft_s[name] = float(np.mean(steps.draft_s[alone]))
+        target_s[name] = float(np.mean(steps.duration_s[alone] - steps.draft_s[alone]))
+    assert draft_s["slow-draft"] == pytest.approx(2 * draft_s["draft"], rel=0.05)
+    assert target_s["slow-draft"] == pytest.approx(target_s["draft"], rel=0.05)
+
+
 def test_a_twin_finds_the_draft_s_latest_profile(tmp_path: Path, store: ResultsStore) -> None:
     twin = scenario(tmp_path, "{kind: calibrated, profile: target}")
     cost = twin.cost_model

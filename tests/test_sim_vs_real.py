@@ -11,7 +11,7 @@ from fixtures_records import RequestSpec, make_meta, make_records
 from reports.build import build_report
 from reports.collect import collect_run
 from reports.sim_vs_real import error, error_rows, pair_error_text
-from reports.step_walls import step_walls
+from reports.step_walls import DraftTimes, step_walls
 from workbench.store import ResultsStore
 
 
@@ -65,6 +65,45 @@ def test_the_error_table_compares_like_with_like(pair_store: ResultsStore) -> No
     assert rows["Steps"] == (4.0, 4.0)
     text = pair_error_text(pair_store, "real1", "sim1")
     assert "TTFT p99 (ms)" in text and "+10.0%" in text and "Step wall median" in text
+
+
+def _drafting(records, draft_s: list[float]):
+    """The records' decode steps (1 and 3) drafted 4 tokens each, in `draft_s` seconds."""
+    steps = records.steps
+    steps.drafted_tokens[[1, 3]] = 4
+    steps.draft_s = np.array([0.0, draft_s[0], 0.0, draft_s[1]])
+    return records
+
+
+def test_a_drafting_pair_compares_its_draft_forwards(tmp_path: Path) -> None:
+    with ResultsStore.open(tmp_path / "pair.duckdb") as store:
+        store.write_run(make_meta("real", backend="real"), _drafting(_records(), [0.004, 0.006]))
+        store.write_run(make_meta("sim", backend="sim"), _drafting(_records(), [0.006, 0.006]))
+        real, sim = collect_run(store, "real"), collect_run(store, "sim")
+    rows = {label: (r, s) for label, r, s, _ in error_rows(real, sim)}
+    assert rows["Draft forwards per drafting step (ms)"] == pytest.approx((5.0, 6.0))
+    assert rows["Draft forwards per drafted token (ms)"] == pytest.approx((1.25, 1.5))
+
+
+def test_no_draft_rows_without_a_draft_model() -> None:
+    """Lookahead drafts its candidates without a model; runs stored before schema 11 did
+    not time their drafts: neither gets draft figures."""
+    candidates = _drafting(_records(), [0.0, 0.0])
+    unrecorded = _drafting(_records(), [float("nan"), float("nan")])
+    assert step_walls(candidates).draft is None and step_walls(unrecorded).draft is None
+    assert step_walls(_drafting(_records(), [0.002, 0.004])).draft == DraftTimes(0.003, 0.00075)
+
+
+def test_served_points_are_the_target_s_share_of_a_drafting_step() -> None:
+    """What a twin prices a real run's steps against leaves their draft forwards out."""
+    from real_backend.calibration.probe_engine import StepShape, probe_points
+
+    records = _drafting(_records(), [0.004, 0.006])
+    shape = StepShape((), (), 1, 12, 12, 4, 58, None)
+    points = probe_points("served", [shape] * 4, records.steps)
+    ends = records.steps.start_s + records.steps.duration_s
+    assert [p.forward_s for p in points] == pytest.approx([0.006, 0.010, 0.004])
+    assert [p.step_s for p in points] == pytest.approx(np.diff(ends) - [0.004, 0.0, 0.006])
 
 
 def test_the_report_shows_the_pair_with_its_errors_and_cdfs(

@@ -68,6 +68,10 @@ def test_greedy_equals_vanilla_batched(
     steps = records.steps
     assert (steps.accepted_tokens <= steps.drafted_tokens).all()
     assert (steps.verified_tokens == steps.decode_tokens + steps.drafted_tokens).all()
+    drafting = steps.drafted_tokens > 0
+    assert (steps.draft_s[drafting] > 0).all()  # each step times its proposals
+    assert (steps.draft_s[steps.decode_tokens == 0] == 0).all()
+    assert (steps.draft_s <= steps.duration_s).all()
     if draft_kind == "self":
         assert steps.accepted_tokens.sum() > 0.9 * steps.drafted_tokens.sum() or "tree" in config
 
@@ -92,6 +96,10 @@ def test_self_draft_chain_accepts_everything_in_fewer_steps(
     s = records.steps
     assert s.accepted_tokens.sum() == s.drafted_tokens.sum() > 0
     assert len(s.step) < 0.5 * len(vanilla_records.steps.step)
+    # Four forwards of the target as its own draft against one verifying forward: the
+    # recorded draft time is most of a drafting step's.
+    drafting = s.drafted_tokens > 0
+    assert s.draft_s[drafting].sum() > 0.4 * s.duration_s[drafting].sum()
     # Emission rows carry the tokens of each multi-token step; they add up to the outputs.
     e = records.emissions
     emitted = ((e.last_step - e.first_step + 1) * e.tokens_per_step).sum()

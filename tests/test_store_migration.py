@@ -1,5 +1,6 @@
-"""Databases written before `requests.category` (schema 1) or `steps.verified_tokens`
-(schema 2) still read, and upgrade on write."""
+"""Databases written before `requests.category` (schema 1), `steps.verified_tokens`
+(schema 2), APAR's `branches.steps` (schema 9) or `steps.draft_s` (schema 10) still read,
+and upgrade on write."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def _schema_1_database(path: Path, records: RunRecords) -> None:
         con.execute(f"ALTER TABLE runs DROP COLUMN {column}")
     con.execute("ALTER TABLE requests DROP COLUMN category")
     con.execute("ALTER TABLE steps DROP COLUMN verified_tokens")
+    con.execute("ALTER TABLE steps DROP COLUMN draft_s")
     con.execute(REQUEST_METRICS_VIEW.replace(" category,", ""))
     con.execute(RUN_SUMMARY_VIEW_V1)
     con.execute("DELETE FROM schema_version")
@@ -123,11 +125,7 @@ def test_apar_branches_before_schema_10_emitted_one_token_per_step(tmp_path: Pat
     path = tmp_path / "v9.duckdb"
     with ResultsStore.open(path) as store:
         store.write_run(make_meta("old"), records)
-    con = duckdb.connect(str(path))
-    con.execute("ALTER TABLE branches DROP COLUMN steps")
-    con.execute("DELETE FROM schema_version")
-    con.execute("INSERT INTO schema_version VALUES (9, now()::TIMESTAMP)")
-    con.close()
+    _downgrade(path, 9, "ALTER TABLE branches DROP COLUMN steps")
     with ResultsStore.open(path, read_only=True) as store:
         assert np.array_equal(store.load_records("old").branches.steps, tokens)
     with ResultsStore.open(path) as store:
@@ -136,3 +134,33 @@ def test_apar_branches_before_schema_10_emitted_one_token_per_step(tmp_path: Pat
     assert _version(path) == SCHEMA_VERSION
     assert np.array_equal(old.branches.steps, tokens)
     assert np.array_equal(new.branches.steps, tokens // 2)
+
+
+def _downgrade(path: Path, version: int, *statements: str) -> None:
+    """The database at `path` as schema `version` left it: `statements` undo what came since."""
+    con = duckdb.connect(str(path))
+    for statement in (*statements, "ALTER TABLE steps DROP COLUMN draft_s"):
+        con.execute(statement)
+    con.execute("DELETE FROM schema_version")
+    con.execute(f"INSERT INTO schema_version VALUES ({version}, now()::TIMESTAMP)")
+    con.close()
+
+
+def test_draft_time_of_runs_before_schema_11_is_unknown(tmp_path: Path) -> None:
+    """Before schema 11 no step recorded its draft time: old runs read NaN (unknown, not
+    zero) read-only and after the migration; a new run keeps what it recorded."""
+    records = _drafting(synthetic_records(20, 100, 40, seed=6))
+    records.steps.draft_s = 0.25 * records.steps.duration_s
+    path = tmp_path / "v10.duckdb"
+    with ResultsStore.open(path) as store:
+        store.write_run(make_meta("old"), records)
+    _downgrade(path, 10)
+    with ResultsStore.open(path, read_only=True) as store:
+        assert np.isnan(store.load_records("old").steps.draft_s).all()
+    with ResultsStore.open(path) as store:
+        store.write_run(make_meta("new"), records)
+        old, new = store.load_records("old"), store.load_records("new")
+    assert _version(path) == SCHEMA_VERSION
+    assert np.isnan(old.steps.draft_s).all()
+    assert np.array_equal(new.steps.draft_s, records.steps.draft_s)
+    assert np.array_equal(new.steps.verified_tokens, records.steps.verified_tokens)

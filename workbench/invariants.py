@@ -4,8 +4,8 @@
 (a request's emissions add up to its output tokens and to the steps' emitted tokens), KV
 within the replica's blocks, time ordered (steps of a replica back to back, arrival ≤
 first token ≤ finish, emissions inside that window), and step counts coherent (decodes
-within the batch, accepted ≤ drafted, verified ≥ decodes). Tests run it over many
-scenarios; a failing check names the first rows that break it.
+within the batch, accepted ≤ drafted, verified ≥ decodes, draft time within the step).
+Tests run it over many scenarios; a failing check names the first rows that break it.
 """
 
 from __future__ import annotations
@@ -152,6 +152,8 @@ def _step_counts_coherent(records: RunRecords) -> str | None:
         "accepted_tokens > drafted_tokens": s.accepted_tokens > s.drafted_tokens,
         "verified_tokens < decode_tokens": s.verified_tokens < s.decode_tokens,
         "negative token count": (s.prefill_tokens < 0) | (s.emitted_tokens < 0),
+        # NaN (unrecorded) compares False: only recorded draft times are checked
+        "draft_s outside [0, duration_s]": (s.draft_s < 0) | (s.draft_s > s.duration_s),
     }
     for what, broken in checks.items():
         if problem := _first(broken, what, s.step):

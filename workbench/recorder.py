@@ -40,7 +40,7 @@ class _Columns:
 _STEP_SPEC = {
     "replica": "q", "step": "q", "start_s": "d", "duration_s": "d", "batch_size": "q",
     "prefill_tokens": "q", "decode_tokens": "q", "kv_blocks_used": "q", "emitted_tokens": "q",
-    "drafted_tokens": "q", "accepted_tokens": "q", "verified_tokens": "q",
+    "drafted_tokens": "q", "accepted_tokens": "q", "verified_tokens": "q", "draft_s": "d",
 }  # fmt: skip
 _SPAN_SPEC = {"request_id": "q", "replica": "q", "first_step": "q", "last_step": "q", "tokens": "q"}
 
@@ -105,6 +105,7 @@ class Recorder:
             drafted_tokens=col["drafted_tokens"],
             accepted_tokens=col["accepted_tokens"],
             verified_tokens=col["verified_tokens"],
+            draft_s=col["draft_s"],
         )
 
     def emission_spans(self) -> EmissionSpans:

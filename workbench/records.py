@@ -56,6 +56,14 @@ class StepRecords:
     accepted_tokens: np.ndarray  # (s,) int64: speculative decoders; 0 for vanilla
     verified_tokens: np.ndarray  # (s,) int64: tokens the target computed for decodes (one
     # each, plus drafts, lookahead windows and candidates); = decode_tokens for vanilla
+    # (s,) float64: seconds of the step spent in the draft model's forwards (a speculative
+    # decoder's proposals, inside the step's duration); 0 where no draft runs in the step,
+    # NaN where unrecorded (runs stored before schema 11). Left out, it becomes zeros.
+    draft_s: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.draft_s is None:
+            self.draft_s = np.zeros(len(self.step))
 
 
 @dataclass

@@ -428,9 +428,8 @@ def _step_prices(
         model = build_cost_model(with_model_source(sim), store)
         assert isinstance(model, CalibratedCostModel), "a twin is priced by its profile"
         text = served_errors_text(model, steps)
-        if draft_of(sim.decoder) is not None:  # a stored step does not say what each drafted
-            text += "; the target's forwards only, the draft's are not priced here"
-            return StepPrices(text, None)  # so no speed-matched scale either
+        if draft_of(sim.decoder) is not None:  # the points hold the target's share of a step
+            text += "; the target's share of each step (its measured draft forwards left out)"
         return StepPrices(text, served_price_scale(model, steps))
     except Exception as e:  # recorded in the run's info, not hidden
         return StepPrices(f"not priced ({type(e).__name__}: {e})", None)

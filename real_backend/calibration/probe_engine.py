@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from real_backend.decoders.base import DecodeOutcome
 from real_backend.engine import RealEngine
 from workbench.records import RunRecords, StepRecords
@@ -97,7 +99,10 @@ class ProfilingEngine(RealEngine):
 
 def probe_points(probe: str, shapes: list[StepShape], steps: StepRecords) -> list[ProfilePoint]:
     """A probe's points: every step but the first, which follows no step (its cost would
-    include the wait for the first arrival)."""
+    include the wait for the first arrival). Each is the target's share of its step: a
+    speculative step's draft forwards (`draft_s`, which the draft's own profile prices) are
+    left out of its times."""
+    draft_s = np.nan_to_num(steps.draft_s)  # (n_steps,)
     ends = steps.start_s + steps.duration_s  # (n_steps,)
     points = []
     for i, shape in enumerate(shapes):
@@ -117,8 +122,8 @@ def probe_points(probe: str, shapes: list[StepShape], steps: StepRecords) -> lis
                 decode_context_max=shape.decode_context_max,
                 decode_extra_tokens=shape.decode_extra_tokens,
                 decode_extra_context_sum=shape.decode_extra_context_sum,
-                forward_s=float(steps.duration_s[i]),
-                step_s=float(ends[i]) - began,
+                forward_s=float(steps.duration_s[i] - draft_s[i]),
+                step_s=float(ends[i]) - began - float(draft_s[i]),
                 idle_before_s=idle_s,
             )
         )

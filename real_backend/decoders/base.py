@@ -30,6 +30,7 @@ class DecodeOutcome:
     drafted: int = 0  # tokens proposed beyond the first, summed over the batch
     accepted: int = 0  # of which accepted (the engine records those emitted, after stops)
     verified: int = 0  # tokens the target computed, summed over the batch
+    draft_s: float = 0.0  # wall time of the draft model's forwards (its proposals)
     accepted_per_request: list[int] = field(default_factory=list)
 
 

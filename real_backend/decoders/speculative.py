@@ -13,6 +13,8 @@ emission (no bonus token after it).
 
 from __future__ import annotations
 
+import time
+
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
@@ -66,7 +68,9 @@ class SpeculativeDecoder(Decoder):
     ) -> tuple[DecodeOutcome, list[torch.Tensor]]:
         """One step for `batch`, with `others` (e.g. APAR's fork chunks) in the same target
         forward; returns the outcome and the others' logits."""
-        drafts = self._propose(batch)
+        start_s = time.perf_counter()
+        drafts = self._propose(batch)  # ends on the host: each forward's tokens are read back
+        draft_s = time.perf_counter() - start_s
         steps = [
             SeqStep(r.request_id, [r.tokens[-1], *d.tokens], [-1, *(p + 1 for p in d.parents)])
             for r, d in zip(batch, drafts, strict=True)
@@ -74,7 +78,7 @@ class SpeculativeDecoder(Decoder):
         contexts = [self.cache.length(r.request_id) for r in batch]
         everything = self.model.step(self.cache, steps + others)
         decisions = self._decide(batch, drafts, everything[: len(batch)])
-        outcome = DecodeOutcome(emitted=[])
+        outcome = DecodeOutcome(emitted=[], draft_s=draft_s)
         for args in zip(batch, drafts, contexts, decisions, strict=True):
             self._settle(outcome, *args)
         return outcome, everything[len(batch) :]

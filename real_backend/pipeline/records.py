@@ -41,6 +41,7 @@ class PipelineRecorder:
                 drafted_tokens=commit.drafted,
                 accepted_tokens=commit.accepted,
                 verified_tokens=commit.verified,
+                draft_s=0.0,  # the head drafts beside the stages (run info: pipeline_draft_s)
             )
             rec.span(request_id, REPLICA, self.step, self.step, len(commit.tokens))
             self.step += 1

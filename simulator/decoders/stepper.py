@@ -37,6 +37,7 @@ class StepDraw:
     drafted: int  # drafted tokens (as the records count them), summed
     verified: int  # tokens the target computes for the decodes: 1 + extra each, summed
     duration_s: float
+    draft_s: float  # of which the draft model's forwards
 
     @property
     def accepted_total(self) -> int:
@@ -108,12 +109,11 @@ class MultiTokenStepper:
             decode_extra_tokens=int(extra.sum()),
             decode_extra_context_sum=int(np.dot(extra, context) + (extra * (extra + 1)).sum() // 2),
         )
-        duration_s = target.step_time_s(work) + self.model.host_s
-        if self.draft is not None:
-            duration_s += self._draft_s(seqs, generated, caps, accepted)
+        draft_s = 0.0 if self.draft is None else self._draft_s(seqs, generated, caps, accepted)
+        duration_s = target.step_time_s(work) + self.model.host_s + draft_s
         drafted = int(self.model.drafted_tokens(caps).sum())
         verified = plan.decode_batch_size + work.decode_extra_tokens
-        return StepDraw(seqs, accepted, drafted, verified, duration_s)
+        return StepDraw(seqs, accepted, drafted, verified, duration_s, draft_s)
 
     def _draft_lengths(self, seqs: list[Sequence]) -> np.ndarray:
         """(b,) tokens each sequence drafts this step, as the adaptive rule gives them."""

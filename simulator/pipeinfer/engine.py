@@ -407,6 +407,7 @@ def _record_request(recorder: Recorder, r: _Request, commits: list, step: int) -
             prefill_tokens=prefill, decode_tokens=int(decode), kv_blocks_used=0,
             emitted_tokens=tokens, drafted_tokens=drafted,
             accepted_tokens=tokens - 1 if decode else 0, verified_tokens=verified,
+            draft_s=0.0,  # the head drafts beside the stages, outside a commit's span
         )  # fmt: skip
         recorder.span(r.request_id, 0, step, step, tokens)
         step += 1

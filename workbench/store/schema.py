@@ -36,7 +36,7 @@ from workbench.metrics.decoder import MAX_POSITIONS
 from workbench.metrics.pipeline import PIPELINE_SUMMARY_COLUMNS
 from workbench.metrics.saturation import SATURATION_KEYS
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 # The oldest schema a read-only store reads as it is: since then only columns were added,
 # which `load_records` fills for old databases (NULL, or LEGACY_COLUMNS' derivation). A
 # writable open migrates.
@@ -67,6 +67,7 @@ STEP_COLUMNS: dict[str, str] = {
     "drafted_tokens": "BIGINT",
     "accepted_tokens": "BIGINT",
     "verified_tokens": "BIGINT",  # (v3)
+    "draft_s": "DOUBLE",  # (v11) NULL: not recorded
 }
 EMISSION_COLUMNS: dict[str, str] = {
     "request_id": "BIGINT",
@@ -434,4 +435,6 @@ MIGRATIONS: dict[int, list[str | PythonStep]] = {
         "ALTER TABLE branches ADD COLUMN IF NOT EXISTS steps BIGINT",
         f"UPDATE branches SET steps = {LEGACY_COLUMNS['branches']['steps']}",
     ],
+    # each step's time in the draft model's forwards; unknown (NULL) for the runs before
+    10: ["ALTER TABLE steps ADD COLUMN IF NOT EXISTS draft_s DOUBLE"],
 }
