@@ -110,6 +110,18 @@ def test_a_draft_profile_of_another_shape_is_refused(tmp_path: Path, store: Resu
         simulate(wrong, store=store)
 
 
+def test_a_draft_profile_without_verification_widths_is_refused(
+    tmp_path: Path, store: ResultsStore
+) -> None:
+    """A draft's catch-up forwards (a step's bonus and last draft) run as verifications."""
+    works = [w for w in grid_works() if not w.decode_extra_tokens]
+    seconds = [DRAFT_SPEED * truth().step_time_s(w) for w in works]
+    store_profile(store, profile("no-verify", shape=TINY_DRAFT_SHAPE), points_of(works, seconds))
+    cost = "{kind: calibrated, profile: target, draft_profile: no-verify}"
+    with pytest.raises(WorkbenchError, match=r"cost_model\.draft_profile: .*measured no verify"):
+        simulate(scenario(tmp_path, cost), store=store)
+
+
 def test_the_roofline_only_when_asked(tmp_path: Path, store: ResultsStore) -> None:
     roofline = scenario(tmp_path, "{kind: calibrated, profile: target, draft_roofline: true}")
     model = draft_cost_model(roofline, draft_shape(tmp_path), store)

@@ -201,7 +201,7 @@ def build_calibrated_draft(
     profile, points = read_profile(cfg.draft_profile, cfg.draft_profile_csv, store, DRAFT_FIELD)
     check_profile(profile, scenario, draft, cfg, DRAFT_FIELD)
     fit = fit_profile(points, profile, forwards=True)
-    missing = sorted({"decode", "prefill"} - set(fit.kinds))
+    missing = sorted({"decode", "prefill", "verify"} - set(fit.kinds))
     if missing:
         raise WorkbenchError(
             f"{profile.describe()} measured no {' or '.join(missing)} steps, which a draft "

@@ -2,10 +2,11 @@
 
 As in the real backend (`real_backend/decoders/drafter.py`), the draft cache lags the
 sequence: a draft's first forward of a step catches up on the tokens it has not cached
-(the whole prompt and first token the first time, or again after a recompute preemption;
-then the bonus token, plus the last drafted token when the whole chain was accepted) and
-yields the first proposal; each further drafted token is one more single-token forward.
-A token tree takes one forward per level, feeding the tree so far, and caches none of it.
+(the whole prompt and first token the first time, or again after a recompute preemption,
+priced as a prefill; then the bonus token, plus the last drafted token when the whole chain
+was accepted, priced as a decode token and extras) and yields the first proposal; each
+further drafted token is one more single-token forward. A token tree takes one forward per
+level, feeding the tree so far, and caches none of it.
 The draft is priced by a catalog cost model of its own shape on the scenario's hardware
 (`cost_models.factory.shape_cost_model`: the fitted kernels when the scenario uses them, else
 the roofline; profiles of the target say nothing about the draft), or, under a calibrated
@@ -138,15 +139,25 @@ class DraftCache:
         return time_s
 
     def _forward_s(self, chunk: np.ndarray, before: np.ndarray) -> float:
-        """One forward: `chunk` tokens per sequence (0: not in it) over `before` cached."""
-        single, multi = chunk == 1, chunk > 1
-        if not single.any() and not multi.any():
+        """One forward: `chunk` tokens per sequence (0: not in it) over `before` cached. A
+        sequence with nothing cached prefills its chunk (its prompt); one with a cache runs
+        its few new tokens (a step's bonus and last accepted draft, a tree level) as one
+        decode token and extras, the shape of a verification: so the real drafter's forward
+        runs them, and a profile prices them (pricing them as prompt chunks, each with a
+        prefill's overheads, put a batch-8 catch-up at 3.4x a decode on the tiny pair's)."""
+        fresh = (chunk > 0) & (before == 0)  # (b,)
+        going = (chunk > 0) & (before > 0)  # (b,)
+        if not fresh.any() and not going.any():
             return 0.0
+        extra = np.where(going, chunk - 1, 0)  # (b,)
+        context = before + 1  # (b,) KV incl. the first new token
         work = StepWork(
-            prefill_chunk_tokens=tuple(chunk[multi].tolist()),
-            prefill_context_tokens=tuple(before[multi].tolist()),
-            decode_batch_size=int(single.sum()),
-            decode_context_sum=int(before[single].sum()) + int(single.sum()),
-            decode_context_max=int(before[single].max(initial=-1)) + 1,
+            prefill_chunk_tokens=tuple(chunk[fresh].tolist()),
+            prefill_context_tokens=tuple(before[fresh].tolist()),
+            decode_batch_size=int(going.sum()),
+            decode_context_sum=int(context[going].sum()),
+            decode_context_max=int(context[going].max(initial=0)),
+            decode_extra_tokens=int(extra.sum()),
+            decode_extra_context_sum=int(np.dot(extra, context) + (extra * (extra + 1)).sum() // 2),
         )
         return self.cost_model.step_time_s(work)

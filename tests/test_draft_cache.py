@@ -1,0 +1,58 @@
+"""What the simulator's draft forwards compute, step by step: a prompt prefills, a catch-up
+of a few tokens runs as a decode token and extras (as the real drafter's forward does)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.cost_models.base import CostModel, StepWork
+from simulator.decoders.draft_cost import DraftCache
+
+
+class Recorder(CostModel):
+    """Prices every forward at 1 ms and keeps the work it was asked."""
+
+    def __init__(self) -> None:
+        self.works: list[StepWork] = []
+
+    def step_time_s(self, work: StepWork) -> float:
+        self.works.append(work)
+        return 0.001
+
+    def decode_span_s(
+        self, batch_size: int, context_sum: int, n_steps: int, context_max: int = 0
+    ) -> np.ndarray:
+        for _ in range(n_steps):
+            self.step_time_s(StepWork(decode_batch_size=batch_size))
+        return np.full(n_steps, 0.001)
+
+
+def test_a_first_draft_prefills_the_prompt_then_chains_single_tokens() -> None:
+    model = Recorder()
+    cache = DraftCache(model)
+    tokens = np.array([30, 50])  # prompt + first token, nothing cached
+    assert cache.step_s([0, 1], tokens, np.array([3, 3]), None) == 0.003
+    first = model.works[0]
+    assert first.prefill_chunk_tokens == (30, 50) and first.prefill_context_tokens == (0, 0)
+    assert first.decode_batch_size == 0
+    assert [w.decode_batch_size for w in model.works[1:]] == [2, 2]
+
+
+def test_a_catch_up_is_a_decode_token_and_extras_over_the_draft_s_cache() -> None:
+    """After a fully accepted chain of 3 the draft lacks the bonus and its last draft: two
+    new tokens over its cache, priced as a verification of one extra token."""
+    model = Recorder()
+    cache = DraftCache(model)
+    ids, tokens, forwards = [0, 1], np.array([30, 50]), np.array([3, 3])
+    cache.step_s(ids, tokens, forwards, None)
+    cache.update(ids, tokens, forwards, np.array([3, 0]), tree=False)  # all, then none
+    model.works.clear()
+    later = tokens + np.array([4, 1])  # emitted: 3 accepted + bonus, and the bonus alone
+    cache.step_s(ids, later, forwards, None)
+    catch_up = model.works[0]
+    assert catch_up.prefill_chunk_tokens == ()
+    assert catch_up.decode_batch_size == 2 and catch_up.decode_extra_tokens == 1
+    # Request 0 cached 32 (30 + two of its three drafts): its first new token sees 33 keys,
+    # its extra one 34. Request 1 cached its 50 and catches up its bonus alone: 51 keys.
+    assert catch_up.decode_context_sum == 33 + 51 and catch_up.decode_context_max == 51
+    assert catch_up.decode_extra_context_sum == 34
