@@ -108,6 +108,7 @@ def serve_scenario(scenario: Scenario, progress=None, measure_steps: bool = Fals
     records, outputs = engine.serve(workload, prompts, progress)
     if isinstance(engine, ProfilingEngine):
         records.served_steps = probe_points("served", engine.shapes, records.steps)
+        records.served_drafts = [d for d in engine.drafts if d.forwards] or None
     records.outputs = output_records(outputs, folder)
     records.info.update(run_info(folder, device, scenario.model.dtype, num_blocks))
     records.info["kernels"] = kernels

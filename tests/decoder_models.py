@@ -76,6 +76,7 @@ def serve(
     num_blocks: int = 512,
     block_size: int = 4,
     sampling: SamplingConfig | None = None,
+    engine_class: type[RealEngine] = RealEngine,
 ):
     """Serve under continuous batching; returns (engine, records, outputs)."""
     cache = model.new_cache(num_blocks, block_size)
@@ -86,7 +87,7 @@ def serve(
         max_batched_tokens=4096, lookahead_slots=slots,
     )  # fmt: skip
     options = ServeOptions(sampling=sampling or VanillaDecoderConfig(kind="vanilla"), seed=0)
-    engine = RealEngine(model, cache, policy, options, decoder)
+    engine = engine_class(model, cache, policy, options, decoder)
     records, outputs = engine.serve(*workload)
     return engine, records, outputs
 

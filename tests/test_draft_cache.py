@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.cost_models.base import CostModel, StepWork
-from simulator.decoders.draft_cost import DraftCache
+from simulator.decoders.draft_cost import DraftCache, served_draft_errors_text
+from workbench.records import DraftForwards
 
 
 class Recorder(CostModel):
@@ -56,3 +57,17 @@ def test_a_catch_up_is_a_decode_token_and_extras_over_the_draft_s_cache() -> Non
     # its extra one 34. Request 1 cached its 50 and catches up its bonus alone: 51 keys.
     assert catch_up.decode_context_sum == 33 + 51 and catch_up.decode_context_max == 51
     assert catch_up.decode_extra_context_sum == 34
+
+
+def test_a_served_run_s_draft_forwards_priced_against_their_time() -> None:
+    """Each step's forwards, as the drafter ran them, priced (1 ms each here) against the
+    step's measured draft time: summed error first, then the median of the steps'."""
+    prompt = ((20, 0), (1, 9))  # a prompt prefilled beside a single-token catch-up
+    chain = ((2, 30), (1, 31))
+    drafts = [
+        DraftForwards((prompt, ((1, 21), (1, 10))), 0.004),  # priced 2 ms: -50 %
+        DraftForwards((chain, chain, chain), 0.002),  # priced 3 ms: +50 %
+        DraftForwards((chain,), 0.001),  # priced 1 ms: 0 %
+    ]
+    text = served_draft_errors_text(Recorder(), drafts)
+    assert text == "the draft's forwards -14.3% (median |error| 50.0%, 3 steps)"

@@ -343,7 +343,7 @@ def test_a_speculative_twin_prices_its_draft_by_the_draft_s_profile(
     )
 
     from workbench.errors import WorkbenchError
-    from workbench.runner import twin_scenarios
+    from workbench.runner import run_twins, twin_scenarios
     from workbench.scenario.loader import load_scenario
 
     works = grid_works()
@@ -365,3 +365,12 @@ def test_a_speculative_twin_prices_its_draft_by_the_draft_s_profile(
         mine = store_profile(store, here, points)
         real, twin = twin_scenarios(scenario, store, None)
         assert twin.cost_model.draft_profile == real.cost_model.draft_profile == mine.profile_id
+        # Served, the twin prices the target's share of each step and the draft's forwards
+        # apart, and a speed-matched twin follows (the scale read from the target's share).
+        few = scenario.model_copy(
+            update={"workload": scenario.workload.model_copy(update={"num_requests": 6})}
+        )
+        (pair,) = run_twins(few, store, source=__file__, speed_matched=True)
+        prices = store.get_run(pair.sim.run_id)["info"]["step_prices"]
+        assert "the target's share" in prices and "the draft's forwards" in prices
+        assert pair.speed_matched is not None

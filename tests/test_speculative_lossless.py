@@ -104,3 +104,29 @@ def test_self_draft_chain_accepts_everything_in_fewer_steps(
     e = records.emissions
     emitted = ((e.last_step - e.first_step + 1) * e.tokens_per_step).sum()
     assert emitted == records.requests.output_tokens.sum()
+
+
+def test_a_measured_run_notes_each_draft_forward(decoder_target, decoder_workload, decoder_vanilla):
+    """What a twin prices a served run's drafting against: each step's draft forwards as the
+    drafter ran them, one row per drafted token, with their measured time."""
+    from real_backend.calibration.probe_engine import ProfilingEngine
+
+    draft = DRAFTS["noisy"](decoder_target)
+    make = speculative(draft, num_speculative_tokens=4)
+    engine, records, outputs = serve(
+        decoder_target, decoder_workload, make, engine_class=ProfilingEngine
+    )
+    assert outputs == decoder_vanilla  # noting changes nothing
+    drafting = [d for d in engine.drafts if d.forwards]
+    rows = sum(len(forward) for d in drafting for forward in d.forwards)
+    assert rows == records.steps.drafted_tokens.sum() > 0
+    for d in drafting:
+        first, *rest = d.forwards
+        assert len(d.forwards) <= 4 and all(new >= 1 for new, _ in first)
+        assert all(new == 1 and cached > 0 for forward in rest for new, cached in forward)
+    firsts = [row for d in drafting for row in d.forwards[0]]
+    assert any(cached == 0 for _, cached in firsts)  # a prompt, prefilled
+    assert any(new == 2 and cached > 0 for new, cached in firsts)  # a whole chain's catch-up
+    assert sorted(d.draft_s for d in drafting) == sorted(
+        records.steps.draft_s[records.steps.drafted_tokens > 0]
+    )

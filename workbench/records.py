@@ -85,6 +85,18 @@ class OutputRecords:
     text: list[str | None]  # (n,)
 
 
+# One draft forward: per sequence in it, (new tokens, tokens its draft cache held before).
+DraftForward = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class DraftForwards:
+    """A served step's draft forwards, in order, and their measured time (`draft_s`)."""
+
+    forwards: tuple[DraftForward, ...]
+    draft_s: float
+
+
 @dataclass
 class RunRecords:
     """Everything a backend returns; the store writes it in one transaction."""
@@ -98,6 +110,9 @@ class RunRecords:
     # A real run served with `measure_steps`: its steps as calibration points (work and wall
     # time), for the twin's price of each; not stored.
     served_steps: list[ProfilePoint] | None = None
+    # A measured speculative run's draft forwards, step by step (`DraftForwards`), as the
+    # drafter ran them: what a twin's draft price is checked against. Not stored either.
+    served_drafts: list[DraftForwards] | None = None
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from workbench.errors import WorkbenchError, needs_real_extra
 from workbench.metrics import DEFAULT_PERCENTILES, SummaryValue, summarize
-from workbench.records import RunMeta, RunRecords
+from workbench.records import DraftForwards, RunMeta, RunRecords
 from workbench.scenario.decoders import draft_field, draft_of, with_draft
 from workbench.scenario.scenario import Scenario
 from workbench.scenario.system import CalibratedCostConfig
@@ -52,6 +52,7 @@ class RunOutcome:
     label: str | None = None
     earlier_runs: list[str] = field(default_factory=list)  # same configuration, stored before
     served_steps: list[ProfilePoint] | None = None  # a real run's steps, when measured
+    served_drafts: list[DraftForwards] | None = None  # and their draft forwards
 
 
 OutcomeHandler = Callable[[RunOutcome], None]
@@ -179,7 +180,7 @@ def run_point(
     )
     return RunOutcome(
         meta.run_id, point, shown, wall_s=finished - started, label=label,
-        served_steps=records.served_steps,
+        served_steps=records.served_steps, served_drafts=records.served_drafts,
     )  # fmt: skip
 
 
@@ -255,8 +256,8 @@ def _run_twin(
     info = {"twin_of": real_run.run_id}
     if drift is not None:
         info["machine_drift"] = drift.describe(before, drift.measure_or_why())
-    prices = _step_prices(sim, store, real_run.served_steps or [])
-    real_run.served_steps = None  # priced: a long sweep need not keep them
+    prices = _step_prices(sim, store, real_run.served_steps or [], real_run.served_drafts or [])
+    real_run.served_steps = real_run.served_drafts = None  # priced: a sweep need not keep them
     if prices is not None:
         info["step_prices"] = prices.text
     repeatability = _calibration_repeatability(sim, store)
@@ -410,11 +411,12 @@ class StepPrices(NamedTuple):
 
 
 def _step_prices(
-    sim: Scenario, store: ResultsStore, steps: list[ProfilePoint]
+    sim: Scenario, store: ResultsStore, steps: list[ProfilePoint], drafts: list[DraftForwards]
 ) -> StepPrices | None:
     """The twin's price of each step the real run ran, against its wall time, or why it
     could not be priced: the line only informs the error table, so a failure is recorded in
-    it, never left to orphan the stored real run. None: no steps were measured."""
+    it, never left to orphan the stored real run. None: no steps were measured. A drafting
+    run's steps are the target's share; `drafts`, their draft forwards, priced apart."""
     from simulator.cost_models.calibrated import (
         CalibratedCostModel,
         served_errors_text,
@@ -430,9 +432,22 @@ def _step_prices(
         text = served_errors_text(model, steps)
         if draft_of(sim.decoder) is not None:  # the points hold the target's share of a step
             text += "; the target's share of each step (its measured draft forwards left out)"
+            if drafts:
+                text += "; " + _draft_prices_text(sim, store, drafts)
         return StepPrices(text, served_price_scale(model, steps))
     except Exception as e:  # recorded in the run's info, not hidden
         return StepPrices(f"not priced ({type(e).__name__}: {e})", None)
+
+
+def _draft_prices_text(sim: Scenario, store: ResultsStore, drafts: list[DraftForwards]) -> str:
+    """The twin's draft price of each step's draft forwards, as the drafter ran them."""
+    from simulator.decoders.draft_cost import draft_cost_model, served_draft_errors_text
+    from simulator.decoders.factory import draft_spec
+
+    resolved = with_model_source(sim)
+    spec = draft_spec(resolved)
+    assert spec is not None, "a twin with draft forwards has a draft"
+    return served_draft_errors_text(draft_cost_model(resolved, spec, store), drafts)
 
 
 def _calibration_repeatability(sim: Scenario, store: ResultsStore) -> str | None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from real_backend.decoders.base import DecodeOutcome
 from real_backend.engine import RealEngine
-from workbench.records import RunRecords, StepRecords
+from workbench.records import DraftForwards, RunRecords, StepRecords
 from workbench.scheduling.plan import StepPlan
 from workbench.store.profiles import ProfilePoint
 from workbench.workload.requests import Workload
@@ -50,6 +50,7 @@ class ProfilingEngine(RealEngine):
     """`RealEngine` that keeps each step's `StepShape` beside its records."""
 
     shapes: list[StepShape]
+    drafts: list[DraftForwards]  # each step's draft forwards (none without a draft model)
 
     def serve(
         self,
@@ -57,8 +58,9 @@ class ProfilingEngine(RealEngine):
         prompts: list[list[int]],
         progress: Callable[[int], None] | None = None,
     ) -> tuple[RunRecords, dict[int, list[int]]]:
-        self.shapes = []
+        self.shapes, self.drafts = [], []
         self._woke_at_s: float | None = None
+        self.decoder.note_draft_forwards()
         return super().serve(workload, prompts, progress)
 
     def _wait_for_work(self) -> None:
@@ -76,6 +78,8 @@ class ProfilingEngine(RealEngine):
         accepted: int,
     ) -> None:
         super()._record_step(plan, start_s, end_s, emitted, prefill_tokens, outcome, accepted)
+        if outcome is not None:
+            self.drafts.append(DraftForwards(tuple(outcome.draft_forwards), outcome.draft_s))
         # A static batch's plan counts its finished members as padding slots the engine
         # does not decode (verified < batch): no extra tokens, not a negative count.
         extra = max(outcome.verified - plan.decode_batch_size, 0) if outcome else 0

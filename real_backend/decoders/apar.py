@@ -201,6 +201,10 @@ class AparDecoder(Decoder):
     def draft_caches(self) -> list[tuple[Transformer, int]]:
         return [] if self.speculation is None else self.speculation.draft_caches()
 
+    def note_draft_forwards(self) -> None:
+        if self.speculation is not None:
+            self.speculation.note_draft_forwards()
+
     def release(self, request_id: int) -> None:
         if self.speculation is not None:
             self.speculation.release(request_id)

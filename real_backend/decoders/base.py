@@ -10,6 +10,7 @@ import torch
 
 if TYPE_CHECKING:
     from real_backend.model.transformer import Transformer
+    from workbench.records import DraftForward
 
 
 @dataclass
@@ -31,6 +32,7 @@ class DecodeOutcome:
     accepted: int = 0  # of which accepted (the engine records those emitted, after stops)
     verified: int = 0  # tokens the target computed, summed over the batch
     draft_s: float = 0.0  # wall time of the draft model's forwards (its proposals)
+    draft_forwards: list[DraftForward] = field(default_factory=list)  # when noted (profiling)
     accepted_per_request: list[int] = field(default_factory=list)
 
 
@@ -62,6 +64,11 @@ class Decoder(ABC):
 
     def release(self, request_id: int) -> None:  # noqa: B027 (optional hook)
         """Forget a finished or preempted request's decoder state."""
+
+    def note_draft_forwards(self) -> None:
+        """From now on, each outcome lists its draft forwards' shapes (a measured run, whose
+        twin prices them); a decoder without a draft model has none."""
+        return None
 
     def draft_caches(self) -> list[tuple[Transformer, int]]:
         """The models this decoder runs besides the target, each with its cache's block size

@@ -16,6 +16,7 @@ from real_backend.decoders.base import DecodeRequest, EmissionRules
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.transformer import SeqStep, Transformer
 from real_backend.sampling import next_tokens, token_probs
+from workbench.records import DraftForward
 from workbench.scenario.decoders import SamplingConfig, TreeConfig
 
 
@@ -33,6 +34,18 @@ class Drafter:
         self.model = model
         self.cache = cache
         self.sampling = sampling
+        self.forwards: list[DraftForward] | None = None  # a list: each forward's shape noted
+
+    def take_forwards(self) -> list[DraftForward]:
+        """The forwards noted since the last call (none unless noting)."""
+        if self.forwards is None:
+            return []
+        taken, self.forwards = self.forwards, []
+        return taken
+
+    def _note(self, steps: list[SeqStep], cached: list[int]) -> None:
+        if self.forwards is not None:
+            self.forwards.append(tuple(zip([len(s.tokens) for s in steps], cached, strict=True)))
 
     def release(self, request_id: int) -> None:
         if request_id in self.cache.tables:
@@ -67,6 +80,8 @@ class Drafter:
         while feed:
             order = list(feed)
             steps = [SeqStep(batch[b].request_id, feed[b]) for b in order]
+            if self.forwards is not None:
+                self._note(steps, [self._cached(batch[b]) for b in order])
             logits = self.model.step_last(self.cache, steps)  # (len(order), V)
             banned = [self._banned(rules, batch[b], drafts[b]) for b in order]
             chosen = self._choose_rows(logits, [batch[b] for b in order], order, probs, banned)
@@ -160,6 +175,7 @@ class Drafter:
             parents = [*range(-1, root), *(root if p < 0 else root + 1 + p for p in draft.parents)]
             steps.append(SeqStep(r.request_id, pending + draft.tokens, parents))
             bases.append((self._cached(r), root))
+        self._note(steps, [cached for cached, _ in bases])
         out = {}
         for b, step, (cached, root), logits in zip(
             order, steps, bases, self.model.step(self.cache, steps), strict=True

@@ -60,6 +60,9 @@ class SpeculativeDecoder(Decoder):
     def draft_caches(self) -> list[tuple[Transformer, int]]:
         return [(self.drafter.model, self.drafter.cache.block_size)]
 
+    def note_draft_forwards(self) -> None:
+        self.drafter.forwards = []
+
     def decode(self, batch: list[DecodeRequest]) -> DecodeOutcome:
         return self.decode_with(batch, [])[0]
 
@@ -79,6 +82,7 @@ class SpeculativeDecoder(Decoder):
         everything = self.model.step(self.cache, steps + others)
         decisions = self._decide(batch, drafts, everything[: len(batch)])
         outcome = DecodeOutcome(emitted=[], draft_s=draft_s)
+        outcome.draft_forwards = self.drafter.take_forwards()
         for args in zip(batch, drafts, contexts, decisions, strict=True):
             self._settle(outcome, *args)
         return outcome, everything[len(batch) :]

@@ -26,6 +26,7 @@ from simulator.cost_models.base import CostModel, StepWork
 from simulator.cost_models.calibrated import DRAFT_FIELD, build_calibrated_draft
 from simulator.cost_models.factory import shape_cost_model
 from workbench.errors import WorkbenchError
+from workbench.records import DraftForward, DraftForwards
 from workbench.scenario.decoders import SpeculativeDecoderConfig
 from workbench.scenario.scenario import Scenario
 from workbench.scenario.system import CalibratedCostConfig
@@ -139,25 +140,54 @@ class DraftCache:
         return time_s
 
     def _forward_s(self, chunk: np.ndarray, before: np.ndarray) -> float:
-        """One forward: `chunk` tokens per sequence (0: not in it) over `before` cached. A
-        sequence with nothing cached prefills its chunk (its prompt); one with a cache runs
-        its few new tokens (a step's bonus and last accepted draft, a tree level) as one
-        decode token and extras, the shape of a verification: so the real drafter's forward
-        runs them, and a profile prices them (pricing them as prompt chunks, each with a
-        prefill's overheads, put a batch-8 catch-up at 3.4x a decode on the tiny pair's)."""
-        fresh = (chunk > 0) & (before == 0)  # (b,)
-        going = (chunk > 0) & (before > 0)  # (b,)
-        if not fresh.any() and not going.any():
-            return 0.0
-        extra = np.where(going, chunk - 1, 0)  # (b,)
-        context = before + 1  # (b,) KV incl. the first new token
-        work = StepWork(
-            prefill_chunk_tokens=tuple(chunk[fresh].tolist()),
-            prefill_context_tokens=tuple(before[fresh].tolist()),
-            decode_batch_size=int(going.sum()),
-            decode_context_sum=int(context[going].sum()),
-            decode_context_max=int(context[going].max(initial=0)),
-            decode_extra_tokens=int(extra.sum()),
-            decode_extra_context_sum=int(np.dot(extra, context) + (extra * (extra + 1)).sum() // 2),
-        )
-        return self.cost_model.step_time_s(work)
+        """One forward: `chunk` tokens per sequence (0: not in it) over `before` cached."""
+        work = forward_work(chunk, before)
+        return 0.0 if work is None else self.cost_model.step_time_s(work)
+
+
+def forward_work(chunk: np.ndarray, before: np.ndarray) -> StepWork | None:
+    """One draft forward's work: `chunk` (b,) new tokens per sequence (0: not in it) over
+    `before` (b,) cached; None: nobody in it. A sequence with nothing cached prefills its
+    chunk (its prompt); one with a cache runs its few new tokens (a step's bonus and last
+    accepted draft, a tree level) as one decode token and extras, the shape of a
+    verification: so the real drafter's forward runs them, and a profile prices them
+    (pricing them as prompt chunks, each with a prefill's overheads, put a batch-8 catch-up
+    at 3.4x a decode on the tiny pair's profile)."""
+    fresh = (chunk > 0) & (before == 0)  # (b,)
+    going = (chunk > 0) & (before > 0)  # (b,)
+    if not fresh.any() and not going.any():
+        return None
+    extra = np.where(going, chunk - 1, 0)  # (b,)
+    context = before + 1  # (b,) KV incl. the first new token
+    return StepWork(
+        prefill_chunk_tokens=tuple(chunk[fresh].tolist()),
+        prefill_context_tokens=tuple(before[fresh].tolist()),
+        decode_batch_size=int(going.sum()),
+        decode_context_sum=int(context[going].sum()),
+        decode_context_max=int(context[going].max(initial=0)),
+        decode_extra_tokens=int(extra.sum()),
+        decode_extra_context_sum=int(np.dot(extra, context) + (extra * (extra + 1)).sum() // 2),
+    )
+
+
+def served_draft_errors_text(cost_model: CostModel, drafts: list[DraftForwards]) -> str:
+    """ "the draft's forwards -3.1% (median |error| 8.0%, 812 steps)": each served step's
+    draft forwards, as the real drafter ran them, priced against their measured time (summed
+    prices against summed times first, as `served_errors_text` gives the target's)."""
+    predicted = np.array([_forwards_s(cost_model, d.forwards) for d in drafts])  # (s,)
+    measured = np.array([d.draft_s for d in drafts])  # (s,)
+    relative = np.abs(predicted / measured - 1.0)
+    total = predicted.sum() / measured.sum() - 1.0
+    return (
+        f"the draft's forwards {100 * total:+.1f}% (median |error| "
+        f"{100 * float(np.median(relative)):.1f}%, {len(drafts):,} steps)"
+    )
+
+
+def _forwards_s(cost_model: CostModel, forwards: tuple[DraftForward, ...]) -> float:
+    seconds = 0.0
+    for forward in forwards:
+        chunk, before = np.array(forward, dtype=np.int64).reshape(-1, 2).T  # (b,) each
+        work = forward_work(chunk, before)
+        seconds += 0.0 if work is None else cost_model.step_time_s(work)
+    return seconds
