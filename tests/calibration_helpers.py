@@ -69,17 +69,18 @@ def grid_works() -> list[StepWork]:
                 decode_batch_size=batch, decode_context_sum=batch * 80,
             )
         )  # fmt: skip
-    for width in (1, 2, 4):
-        for batch in (1, 2, 4, 8):
-            context = batch * 64
-            extra = batch * width
-            extra_keys = width * context + batch * width * (width + 1) // 2
-            works.append(
-                StepWork(
-                    decode_batch_size=batch, decode_context_sum=context,
-                    decode_extra_tokens=extra, decode_extra_context_sum=extra_keys,
-                )
-            )  # fmt: skip
+    verifications = [(w, b, 64) for w in (1, 2, 4) for b in (1, 2, 4, 8)]
+    verifications += [(w, b, 384) for w in (1, 4) for b in (1, 8)]  # their keys' price
+    for width, batch, prompt in verifications:
+        context = batch * prompt
+        extra = batch * width
+        extra_keys = width * context + batch * width * (width + 1) // 2
+        works.append(
+            StepWork(
+                decode_batch_size=batch, decode_context_sum=context,
+                decode_extra_tokens=extra, decode_extra_context_sum=extra_keys,
+            )
+        )  # fmt: skip
     return works
 
 

@@ -34,6 +34,17 @@ def test_the_fit_reproduces_every_profile_point() -> None:
         assert median < 1e-9 and p90 < 1e-9 and abs(total - 1) < 1e-9
 
 
+def test_verifications_over_two_contexts_price_their_keys() -> None:
+    """Over one context a verification's keys grow with its tokens, and noise decides what
+    the fit gives them (a real profile's a_verify came out 0); long contexts pin them."""
+    known = truth()
+    works = grid_works()
+    rng = np.random.default_rng(5)
+    measured = [known.step_time_s(w) * (1 + 0.02 * rng.standard_normal()) for w in works]
+    fitted, _ = _model_from(measured)
+    assert fitted.fit.terms["a_verify"] == pytest.approx(known.fit.terms["a_verify"], rel=0.3)
+
+
 def test_points_slowed_by_other_processes_are_left_out() -> None:
     known = truth()
     works = grid_works()

@@ -21,6 +21,14 @@ def test_the_standard_grid_covers_every_step_kind_in_three_alternating_passes() 
     assert {run.seed for run in runs} == {0, 1, 2}
 
 
+def test_verifications_are_probed_over_short_and_long_contexts() -> None:
+    """Over one context the price of a verified token's keys cannot be told from its
+    tokens' (the fit's a_verify came out 0)."""
+    grid = get_grid("standard", 2048)
+    prompts = {p.prompt_tokens[0] for p in grid.probes if p.width}
+    assert max(prompts) >= 4 * min(prompts)
+
+
 def test_probes_a_short_context_cannot_hold_are_left_out() -> None:
     full, short = get_grid("standard", 2048), get_grid("standard", 512)
     assert all(p.prompt_tokens[1] + p.output_tokens[1] + p.width <= 512 for p in short.probes)

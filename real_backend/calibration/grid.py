@@ -10,7 +10,7 @@ Each probe is a small workload served by the real engine. Together they cover:
 - mixed steps (a closed loop of clients: new prompts join running decodes), with and
   without chunked prefill;
 - verification widths (each decode computes `width` more tokens, as a speculative or
-  lookahead step does);
+  lookahead step does), over short and long contexts;
 - waking an idle engine (one client that thinks between requests: each prompt arrives at
   an engine that slept for the think time).
 
@@ -125,6 +125,13 @@ def _standard() -> Grid:
         for batch in (1, 8, 32):
             name = f"verify-w{width}-b{batch}"
             probes.append(Probe(name, batch, (64, 64), (24, 24), batch, width=width))
+    # The same verifications over longer contexts: without them a verified token's keys
+    # were never priced (the fit's a_verify came out 0, and the CPU twin of a speculative
+    # run at contexts near 300 priced its target's forwards 44-48 % short, 2026-11-27).
+    for width in (1, 4, 8):
+        for batch in (1, 8):
+            name = f"verify-w{width}-b{batch}-p384"
+            probes.append(Probe(name, batch, (384, 384), (24, 24), batch, width=width))
     # Waking saturated within tens of ms on an AMD machine; on an Intel VM it steps up
     # between 50 and 75 ms of idle and keeps rising past 250 ms, gaps a light load has.
     for idle_ms in (1, 4, 16, 32, 64, 128, 256, 512):
