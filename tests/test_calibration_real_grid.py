@@ -21,12 +21,14 @@ def test_the_standard_grid_covers_every_step_kind_in_three_alternating_passes() 
     assert {run.seed for run in runs} == {0, 1, 2}
 
 
-def test_verifications_are_probed_over_short_and_long_contexts() -> None:
+def test_verifications_are_probed_over_short_long_and_uneven_contexts() -> None:
     """Over one context the price of a verified token's keys cannot be told from its
     tokens' (the fit's a_verify came out 0)."""
     grid = get_grid("standard", 2048)
     prompts = {p.prompt_tokens[0] for p in grid.probes if p.width}
     assert max(prompts) >= 4 * min(prompts)
+    uneven = [p for p in grid.probes if p.width and p.prompt_tokens[1] >= 4 * p.prompt_tokens[0]]
+    assert {p.max_batch_size for p in uneven} >= {8, 16}  # the spread's price by batch
 
 
 def test_probes_a_short_context_cannot_hold_are_left_out() -> None:

@@ -10,7 +10,7 @@ Each probe is a small workload served by the real engine. Together they cover:
 - mixed steps (a closed loop of clients: new prompts join running decodes), with and
   without chunked prefill;
 - verification widths (each decode computes `width` more tokens, as a speculative or
-  lookahead step does), over short and long contexts;
+  lookahead step does), over short, long and uneven contexts;
 - waking an idle engine (one client that thinks between requests: each prompt arrives at
   an engine that slept for the think time).
 
@@ -132,6 +132,9 @@ def _standard() -> Grid:
         for batch in (1, 8):
             name = f"verify-w{width}-b{batch}-p384"
             probes.append(Probe(name, batch, (384, 384), (24, 24), batch, width=width))
+    for batch in (8, 16):  # and over uneven contexts, as a loaded engine's batches are
+        name = f"verify-w4-spread-b{batch}"
+        probes.append(Probe(name, batch, (16, 640), (24, 24), batch, width=4))
     # Waking saturated within tens of ms on an AMD machine; on an Intel VM it steps up
     # between 50 and 75 ms of idle and keeps rising past 250 ms, gaps a light load has.
     for idle_ms in (1, 4, 16, 32, 64, 128, 256, 512):
