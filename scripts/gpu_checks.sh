@@ -24,7 +24,8 @@
 # Times on an H100 host (2026-11-25): env 15 s, tests 150 s, calibrate 75 s,
 # twins 120-150 s, speed 60 s (bf16 alone), apar 40 s; decoders about 20 s per prompt. On an
 # H200 host (2026-11-26): env 8 s, calibrate 53 s, twins 98 s, decoders 61 s, kernels 40 s,
-# tests 108 s, speed 41 s (bf16 and fp32); a fresh machine started in about 30 s.
+# tests 108 s, speed 41 s (bf16 and fp32); a fresh machine started in about 30 s. H100
+# (2026-11-27, later): spec_twins 175-210 s (both calibrations, the acceptance run, 1-2 rates).
 set -u
 RATES="20 30"  # the engine saturates near 40 req/s on an H100 host (2026-11-25)
 THREADS=4
