@@ -53,11 +53,10 @@ def cli(args: list[str]) -> None:
         raise SystemExit(f"workbench {' '.join(args)} failed")
 
 
-def profiles(db: Path, zoo: str, zoo_dir: Path, engine: list[str]) -> tuple[str, str]:
-    """The pair's target and draft profile names, calibrated unless the database has them;
-    `engine` is `--device D --dtype T`."""
-    where = f"{engine[1]}-{engine[3]}"
-    target, draft = f"{zoo}-{where}", f"{zoo}-draft-{where}"
+def profiles(db: Path, zoo: str, zoo_dir: Path, device: str, dtype: str) -> tuple[str, str]:
+    """The pair's target and draft profile names, calibrated unless the database has them."""
+    engine = ["--device", device, "--dtype", dtype]
+    target, draft = f"{zoo}-{device}-{dtype}", f"{zoo}-draft-{device}-{dtype}"
     cli(["calibrate", "--model", zoo, "--db", str(db), "--no-progress", *engine])
     folder = zoo_dir / zoo / "draft"
     calibrate_draft = ["calibrate", "--model", str(folder), "--name", draft, "--db", str(db)]
@@ -131,7 +130,7 @@ def main() -> None:
     args = parser.parse_args()
     dtype = args.dtype or ("fp32" if args.device == "cpu" else "bf16")
     zoo_dir = args.zoo_dir.expanduser()
-    target, _ = profiles(args.db, args.zoo, zoo_dir, ["--device", args.device, "--dtype", dtype])
+    target, _ = profiles(args.db, args.zoo, zoo_dir, args.device, dtype)
     pair = [f"model.zoo={args.zoo}", f"model.name=zoo-{args.zoo}", f"decoder.draft.zoo={args.zoo}"]
     pair += on_device(args.device, dtype)
     base = ["run", str(SCENARIO), "--db", str(args.db), "--no-progress"]

@@ -25,7 +25,7 @@
 # twins 120-150 s, speed 60 s (bf16 alone), apar 40 s; decoders about 20 s per prompt. On an
 # H200 host (2026-11-26): env 8 s, calibrate 53 s, twins 98 s, decoders 61 s, kernels 40 s,
 # tests 108 s, speed 41 s (bf16 and fp32); a fresh machine started in about 30 s. H100
-# (2026-11-27, later): spec_twins 175-210 s (both calibrations, the acceptance run, 1-2 rates).
+# (2026-11-27, later): spec_twins 173-206 s (both calibrations, the acceptance run, 1-2 rates).
 set -u
 RATES="20 30"  # the engine saturates near 40 req/s on an H100 host (2026-11-25)
 THREADS=4
@@ -33,7 +33,7 @@ LIMIT=""
 APAR_ZOO=apar-tiny
 APAR_LOADS=""
 APAR_COPIES=1
-SPEC_RATES="10 20"  # a k = 4 step of `small`'s pair takes about 6 ms at batch 1 on an H200 host
+SPEC_RATES="10 20"  # a k = 4 step of `small`'s pair: 9-14 ms median under load on an H100 host
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --rates) RATES=$2; shift 2 ;;

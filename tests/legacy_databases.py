@@ -33,6 +33,7 @@ def schema_3_database(path: Path, records: RunRecords) -> None:
     con.execute("DROP TABLE run_summaries")
     for column in ("label", *CONFIG_COLUMNS):
         con.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+    con.execute("ALTER TABLE steps DROP COLUMN draft_s")  # schema 11
     con.execute(RUN_SUMMARY_VIEW_V1)
     con.execute("DELETE FROM schema_version")
     con.execute("INSERT INTO schema_version VALUES (3, now()::TIMESTAMP)")

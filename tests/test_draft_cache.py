@@ -69,5 +69,10 @@ def test_a_served_run_s_draft_forwards_priced_against_their_time() -> None:
         DraftForwards((chain, chain, chain), 0.002),  # priced 3 ms: +50 %
         DraftForwards((chain,), 0.001),  # priced 1 ms: 0 %
     ]
-    text = served_draft_errors_text(Recorder(), drafts)
+    model = Recorder()
+    text = served_draft_errors_text(model, drafts)
     assert text == "the draft's forwards -14.3% (median |error| 50.0%, 3 steps)"
+    prompt_work, catch_up = model.works[0], model.works[2]
+    assert prompt_work.prefill_chunk_tokens == (20,) and prompt_work.decode_batch_size == 1
+    assert prompt_work.decode_context_sum == 10  # the other sequence's 9 cached + its token
+    assert catch_up.decode_batch_size == 2 and catch_up.decode_extra_tokens == 1

@@ -42,6 +42,8 @@ def _planted(records: RunRecords, table: str, column: str, row: int, value: floa
         ("steps", "start_s", -1.0, "starts before"),
         ("requests", "first_token_s", -1.0, "before arrival"),
         ("steps", "accepted_tokens", 3, "accepted_tokens > drafted_tokens"),
+        ("steps", "draft_s", 1.0, "draft_s outside"),  # longer than its step
+        ("steps", "draft_s", -1e-3, "draft_s outside"),
     ],
 )
 def test_a_planted_break_is_named(
@@ -50,6 +52,13 @@ def test_a_planted_break_is_named(
     row = 5 if table == "steps" else 0
     found = violations(_planted(small_run, table, column, row, value), kv_blocks=600)
     assert any(message in v for v in found), found
+
+
+def test_a_draft_time_not_recorded_breaks_nothing(small_run: RunRecords) -> None:
+    """Runs stored before schema 11 read their draft times as NaN: unknown, not wrong."""
+    old = copy.deepcopy(small_run)
+    old.steps.draft_s = np.full(len(old.steps.step), np.nan)
+    assert violations(old, kv_blocks=600) == []
 
 
 SIMULATED = sorted(

@@ -122,7 +122,7 @@ def test_a_measured_run_notes_each_draft_forward(decoder_target, decoder_workloa
     assert rows == records.steps.drafted_tokens.sum() > 0
     for d in drafting:
         first, *rest = d.forwards
-        assert len(d.forwards) <= 4 and all(new >= 1 for new, _ in first)
+        assert len(d.forwards) <= 4 and len(first) >= len(rest[0] if rest else ())
         assert all(new == 1 and cached > 0 for forward in rest for new, cached in forward)
     firsts = [row for d in drafting for row in d.forwards[0]]
     assert any(cached == 0 for _, cached in firsts)  # a prompt, prefilled

@@ -440,7 +440,15 @@ def _step_prices(
 
 
 def _draft_prices_text(sim: Scenario, store: ResultsStore, drafts: list[DraftForwards]) -> str:
-    """The twin's draft price of each step's draft forwards, as the drafter ran them."""
+    """The twin's draft price of each step's draft forwards, as the drafter ran them (or why
+    not: the target's line stands without it)."""
+    try:
+        return _priced_drafts(sim, store, drafts)
+    except Exception as e:  # recorded in the run's info, not hidden
+        return f"the draft's forwards not priced ({type(e).__name__}: {e})"
+
+
+def _priced_drafts(sim: Scenario, store: ResultsStore, drafts: list[DraftForwards]) -> str:
     from simulator.decoders.draft_cost import draft_cost_model, served_draft_errors_text
     from simulator.decoders.factory import draft_spec
 

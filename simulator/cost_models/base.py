@@ -43,6 +43,12 @@ class StepWork:
         return max(self.decode_context_sum, self.decode_batch_size * self.decode_context_max)
 
 
+def extra_keys(extra: np.ndarray, context: np.ndarray) -> int:
+    """Keys the extra tokens of a step's sequences attend to: (b,) extra tokens each over
+    (b,) KV incl. the step's first token; the k-th extra token of a sequence sees c + k."""
+    return int(np.dot(extra, context) + (extra * (extra + 1)).sum() // 2)
+
+
 def prefill_reach(chunk_tokens: Iterable[int], context_tokens: Iterable[int]) -> int:
     """P of the decode steps after a prefilling step: the prompt tokens it computed and the
     cached ones its chunks' attention read (their eviction grows with both: on the CPU

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.cost_models.base import CostModel, StepWork
+from simulator.cost_models.base import CostModel, StepWork, extra_keys
 from simulator.decoders.draft_cost import DraftCache
 from simulator.decoders.step_model import StepModel
 from workbench.scheduling.adaptive_draft import AdaptiveDraftLength
@@ -107,7 +107,7 @@ class MultiTokenStepper:
             decode_context_sum=plan.decode_context_sum,
             decode_context_max=plan.decode_context_max,
             decode_extra_tokens=int(extra.sum()),
-            decode_extra_context_sum=int(np.dot(extra, context) + (extra * (extra + 1)).sum() // 2),
+            decode_extra_context_sum=extra_keys(extra, context),
         )
         draft_s = 0.0 if self.draft is None else self._draft_s(seqs, generated, caps, accepted)
         duration_s = target.step_time_s(work) + self.model.host_s + draft_s
