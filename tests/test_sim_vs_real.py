@@ -133,10 +133,23 @@ def test_a_twin_that_cannot_price_the_real_steps_says_why(tmp_path: Path) -> Non
         idle_before_s=0.0,
     )  # fmt: skip
     with ResultsStore.open(tmp_path / "empty.duckdb") as store:
-        prices = _step_prices(sim, store, [point])
-        assert _step_prices(sim, store, []) is None  # nothing measured, nothing to say
+        prices = _step_prices(sim, store, [point], [])
+        assert _step_prices(sim, store, [], []) is None  # nothing measured, nothing to say
     assert prices is not None and prices.scale is None  # no speed-matched twin from it
     assert prices.text.startswith("not priced (WorkbenchError: ") and "absent" in prices.text
+
+
+def test_a_draft_that_cannot_be_priced_says_why_beside_the_target_s_line(tmp_path: Path) -> None:
+    from workbench.records import DraftForwards
+    from workbench.runner import _draft_prices_text
+    from workbench.scenario.loader import load_scenario
+
+    speculative = Path(__file__).resolve().parent.parent / "scenarios" / "speculative_sim.yaml"
+    sim = load_scenario(speculative, ["cost_model={kind: calibrated, profile: p}"])
+    with ResultsStore.open(tmp_path / "empty.duckdb") as store:
+        text = _draft_prices_text(sim, store, [DraftForwards((((1, 9),),), 0.001)])
+    assert text.startswith("the draft's forwards not priced (WorkbenchError: ")
+    assert "draft_profile" in text
 
 
 def test_a_speed_matched_twin_is_shown_beside_the_pair_never_as_the_twin(
