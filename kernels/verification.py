@@ -74,17 +74,55 @@ def greedy_verify(
     B, T, _ = logits.shape
     if draft_tokens.shape != (B, T - 1):  # the Triton kernel's contract, checked alike here
         raise ValueError(f"draft_tokens must be ({B}, {T - 1}), got {tuple(draft_tokens.shape)}")
-    device = logits.device
     argmax = logits.argmax(-1)  # (B, T), first maximum on ties
     if parents is None:
-        parents = chain_parents(B, T)
+        return _verify_chains(argmax, draft_tokens, draft_lens)
+    return _verify_trees(argmax, draft_tokens, draft_lens, parents)
+
+
+def _checked_lens(draft_lens: torch.Tensor, T: int) -> torch.Tensor:
+    """(B,) int64 on the host, each in [0, T - 1]."""
+    lens = draft_lens.to("cpu", torch.long)
+    bad = ((lens < 0) | (lens > T - 1)).nonzero()
+    if len(bad):
+        b = int(bad[0, 0])
+        raise ValueError(f"draft_lens[{b}] must be in [0, {T - 1}], got {int(lens[b])}")
+    return lens
+
+
+def _verify_chains(
+    argmax: torch.Tensor,  # (B, T)
+    draft_tokens: torch.Tensor,  # (B, T - 1)
+    draft_lens: torch.Tensor,  # (B,)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The chain rule for the whole batch at once: the matching prefix's length, the argmax
+    after it, and the path 0..n (a chain's accepted nodes are a prefix)."""
+    B, T = argmax.shape
+    lens = _checked_lens(draft_lens, T).to(argmax.device)
+    in_draft = torch.arange(T - 1, device=argmax.device) < lens[:, None]  # (B, T-1)
+    matches = (draft_tokens == argmax[:, :-1]) & in_draft  # (B, T-1)
+    accepted_len = matches.long().cumprod(-1).sum(-1)  # (B,) length of the matching prefix
+    bonus = argmax.gather(1, accepted_len[:, None])[:, 0]  # (B,)
+    nodes = torch.arange(T, device=argmax.device).expand(B, T)  # (B, T)
+    path = torch.where(nodes <= accepted_len[:, None], nodes, -1)
+    return accepted_len, bonus, path
+
+
+def _verify_trees(
+    argmax: torch.Tensor,  # (B, T)
+    draft_tokens: torch.Tensor,  # (B, T - 1)
+    draft_lens: torch.Tensor,  # (B,)
+    parents: torch.Tensor,  # (B, T)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The tree rule, sequence by sequence on the host."""
+    B, T = argmax.shape
+    device = argmax.device
     accepted_len = torch.zeros(B, dtype=torch.long)
     bonus = torch.zeros(B, dtype=torch.long)
     path = torch.full((B, T), -1, dtype=torch.long)
+    lens = _checked_lens(draft_lens, T)
     for b in range(B):
-        n = int(draft_lens[b])
-        if not 0 <= n <= T - 1:
-            raise ValueError(f"draft_lens[{b}] must be in [0, {T - 1}], got {n}")
+        n = int(lens[b])
         row_argmax, row_parents = argmax[b].tolist(), parents[b].tolist()
         accepted = _accepted_nodes(row_argmax, draft_tokens[b].tolist(), row_parents, n)
         nodes = _deepest_path(accepted, row_parents, n)

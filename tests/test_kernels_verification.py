@@ -10,6 +10,7 @@ from kernel_helpers import kernel_device  # noqa: E402
 
 DEVICE = kernel_device()  # before triton is imported: the interpreter needs setting first
 
+from kernels.verification import chain_parents  # noqa: E402
 from kernels.verification import greedy_verify as reference  # noqa: E402
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -91,6 +92,25 @@ def test_random_chains_and_trees_follow_the_contract_under_the_reference():
             assert n == draft_lens[b] or drafts[b, n] != argmax[b, n]  # ... the longest
             assert bonus[b] == argmax[b, n]
             assert path[b].tolist() == list(range(n + 1)) + [-1] * (6 - n)
+
+
+def test_reference_chains_equal_the_tree_rule_over_chain_parents():
+    """The batched chain rule (parents None) against the per-sequence tree walk."""
+    gen = torch.Generator().manual_seed(1)
+    for n_nodes in (1, 2, 5, 9):
+        for _ in range(30):
+            logits, drafts, draft_lens, _ = random_case(gen, 6, n_nodes, 5, tree=False)
+            chains = reference(logits, drafts, draft_lens)
+            walked = reference(logits, drafts, draft_lens, chain_parents(6, n_nodes))
+            for got, want in zip(chains, walked, strict=True):
+                assert torch.equal(got, want)
+
+
+def test_reference_refuses_a_draft_length_beyond_the_nodes_chain_or_tree():
+    logits, drafts = logits_choosing([[1, 1, 1]]), torch.tensor([[1, 1]])
+    for parents in (None, chain_parents(1, 3)):
+        with pytest.raises(ValueError, match=r"draft_lens\[0\] must be in \[0, 2\], got 3"):
+            reference(logits, drafts, torch.tensor([3]), parents)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

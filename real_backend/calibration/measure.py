@@ -225,7 +225,7 @@ def serve_probe(
     blocks = probe.kv_blocks()
     cache = model.new_cache(blocks, BLOCK_SIZE)
     policy = build_policy(probe.scheduler(), blocks, probe.width)
-    decoder = VerifyWidthProbe(model, cache, GREEDY, probe.width) if probe.width else None
+    decoder = VerifyWidthProbe(model, cache, probe.width) if probe.width else None
     engine = ProfilingEngine(model, cache, policy, ServeOptions(GREEDY, seed), decoder)
     prompts = synthetic_prompts(workload.prompt_tokens, model.args.vocab_size, seed, avoid)
     records, _ = engine.serve(workload, prompts)

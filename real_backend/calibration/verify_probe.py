@@ -1,37 +1,39 @@
 """A decoder that computes what a verification step computes, to time it.
 
 Speculative and lookahead decoders send each decoding sequence's newest token plus `width`
-more through one target forward, then roll the cache back to what they emit. This probe
-does exactly that with a chain of `width` copies of the newest token, keeps the real next
-token (row 0) and rolls the extra tokens back, so a step costs the target's verification
-forward and its cache bookkeeping; the draft model's own cost is not part of it.
+more through one target forward, decide in one verification kernel what to accept, then roll
+the cache back to what they emit. This probe does exactly that with a chain of `width`
+copies of the newest token: the same causal forward and greedy verification as a speculative
+chain, then it keeps one token (the target's after the newest) and rolls the extra tokens
+back, so a step costs the target's verification and its bookkeeping; the draft model's own
+cost is not part of it. Greedy by construction: calibration decodes greedily.
 """
 
 from __future__ import annotations
 
+from real_backend.decoders.acceptance import greedy_decisions
 from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.transformer import SeqStep, Transformer
-from real_backend.sampling import next_token
-from workbench.scenario.decoders import SamplingConfig
 
 
 class VerifyWidthProbe(Decoder):
-    def __init__(
-        self, model: Transformer, cache: PagedKVCache, sampling: SamplingConfig, width: int
-    ) -> None:
+    def __init__(self, model: Transformer, cache: PagedKVCache, width: int) -> None:
         self.model = model
         self.cache = cache
-        self.sampling = sampling
         self.width = width
         self.lookahead_slots = width
 
     def decode(self, batch: list[DecodeRequest]) -> DecodeOutcome:
-        chains = [SeqStep(r.request_id, [r.tokens[-1]] * (1 + self.width)) for r in batch]
+        copies = [[r.tokens[-1]] * self.width for r in batch]
+        chains = [
+            SeqStep(r.request_id, [r.tokens[-1], *c]) for r, c in zip(batch, copies, strict=True)
+        ]
         logits = self.model.step(self.cache, chains)  # B × (1 + width, V)
+        decisions = greedy_decisions(self.model.kernel_set(), copies, logits, None)
         emitted = []
-        for r, rows in zip(batch, logits, strict=True):
+        for r, (path, bonus) in zip(batch, decisions, strict=True):
             self.cache.truncate(r.request_id, self.cache.lengths[r.request_id] - self.width)
-            emitted.append([next_token(rows[0], self.sampling, r.generator)])
+            emitted.append([r.tokens[-1] if path else bonus])  # a matched copy is that token
         verified = len(batch) * (1 + self.width)
         return DecodeOutcome(emitted, verified=verified, accepted_per_request=[0] * len(batch))

@@ -1,10 +1,14 @@
-"""Acceptance rules: greedy over one chain (lookahead's candidates), and rejection sampling
-for speculative sampling. Batched greedy verification of drafts (chains and trees) is the
-`greedy_verify` kernel (`kernels/verification.py`)."""
+"""Acceptance rules: greedy over one chain (lookahead's candidates), batched greedy
+verification of drafts (chains and trees, through the `greedy_verify` kernel of
+`kernels/verification.py`), and rejection sampling for speculative sampling."""
 
 from __future__ import annotations
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from kernels.dispatch import KernelSet
+from real_backend.host_to_device import to_device
 
 
 def accept_greedy_chain(target_argmax: list[int], drafted: list[int]) -> int:
@@ -16,6 +20,34 @@ def accept_greedy_chain(target_argmax: list[int], drafted: list[int]) -> int:
             break
         accepted += 1
     return accepted
+
+
+def greedy_decisions(
+    kernels: KernelSet,
+    drafts: list[list[int]],  # per sequence, its drafted tokens (nodes 1..n)
+    logits: list[torch.Tensor],  # each (1 + n_b, V): after the root and each drafted node
+    parents: torch.Tensor | None,  # (B, T) each node's parent node; None: chains
+) -> list[tuple[list[int], int]]:
+    """Per sequence (accepted node indices, the target's next token), for the whole batch in
+    one verification kernel: a drafted token is accepted while it is the target's argmax
+    after its parent, i.e. what greedy decoding would emit there."""
+    padded = pad_sequence(logits, batch_first=True)  # (B, T, V)
+    B, T = padded.shape[:2]
+    tokens = torch.zeros(B, T - 1, dtype=torch.long)  # (B, T-1) drafted tokens
+    for b, drafted in enumerate(drafts):
+        tokens[b, : len(drafted)] = torch.tensor(drafted, dtype=torch.long)
+    lens = torch.tensor([len(drafted) for drafted in drafts])  # (B,)
+    device = padded.device
+    _, bonus, path = kernels.greedy_verify(
+        padded,
+        to_device(tokens, device),
+        to_device(lens, device),
+        None if parents is None else to_device(parents, device),
+    )
+    return [
+        ([j - 1 for j in nodes[1:] if j > 0], token)
+        for nodes, token in zip(path.tolist(), bonus.tolist(), strict=True)
+    ]
 
 
 def accept_rejection_sampling(

@@ -16,12 +16,10 @@ from __future__ import annotations
 import time
 
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
-from real_backend.decoders.acceptance import accept_rejection_sampling
+from real_backend.decoders.acceptance import accept_rejection_sampling, greedy_decisions
 from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest, EmissionRules
 from real_backend.decoders.drafter import Draft, Drafter
-from real_backend.host_to_device import to_device
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.transformer import SeqStep, Transformer
 from real_backend.sampling import token_probs
@@ -75,7 +73,7 @@ class SpeculativeDecoder(Decoder):
         drafts = self._propose(batch)  # ends on the host: each forward's tokens are read back
         draft_s = time.perf_counter() - start_s
         steps = [
-            SeqStep(r.request_id, [r.tokens[-1], *d.tokens], [-1, *(p + 1 for p in d.parents)])
+            SeqStep(r.request_id, [r.tokens[-1], *d.tokens], self._step_parents(d))
             for r, d in zip(batch, drafts, strict=True)
         ]
         contexts = [self.cache.length(r.request_id) for r in batch]
@@ -147,6 +145,13 @@ class SpeculativeDecoder(Decoder):
 
     # ------------------------------------------------------------------ verification
 
+    def _step_parents(self, draft: Draft) -> list[int] | None:
+        """The step's parents for the root and the draft: None for a chain (the causal mask,
+        the plain path), the tree's parents otherwise."""
+        if self.config.tree is None:
+            return None
+        return [-1, *(p + 1 for p in draft.parents)]
+
     def _ends_emission(self, emitted: list[int]) -> bool:
         return self.rules is not None and bool(emitted) and self.rules.ends_emission(emitted[-1])
 
@@ -169,25 +174,12 @@ class SpeculativeDecoder(Decoder):
     def _accept_greedy(
         self, drafts: list[Draft], logits: list[torch.Tensor]
     ) -> list[tuple[list[int], int]]:
-        """Per sequence (accepted node indices, the target's next token), for the whole batch
-        in one verification kernel: a drafted token is accepted while it is the target's
-        argmax after its parent, i.e. what greedy decoding would emit there."""
-        padded = pad_sequence(logits, batch_first=True)  # (B, T, V)
-        B, T = padded.shape[:2]
-        tokens = torch.zeros(B, T - 1, dtype=torch.long)  # (B, T-1) drafted tokens
-        parents = torch.zeros(B, T, dtype=torch.long)  # (B, T) node j's parent node
-        for b, d in enumerate(drafts):
-            tokens[b, : len(d.tokens)] = torch.tensor(d.tokens, dtype=torch.long)
-            parents[b, 1 : 1 + len(d.parents)] = torch.tensor(d.parents, dtype=torch.long) + 1
-        lens = torch.tensor([len(d.tokens) for d in drafts])
-        device = padded.device
-        _, bonus, path = self.model.kernel_set().greedy_verify(
-            padded, to_device(tokens, device), to_device(lens, device), to_device(parents, device)
-        )
-        return [
-            ([j - 1 for j in nodes[1:] if j > 0], token)
-            for nodes, token in zip(path.tolist(), bonus.tolist(), strict=True)
-        ]
+        """Per sequence (accepted node indices, the target's next token): see
+        `greedy_decisions`; a chain verifies without parents."""
+        T = max(len(d.tokens) for d in drafts) + 1
+        parents = None if self.config.tree is None else tree_parents(drafts, T)
+        tokens = [d.tokens for d in drafts]
+        return greedy_decisions(self.model.kernel_set(), tokens, logits, parents)
 
     def _accept_sampled(
         self,
@@ -206,3 +198,11 @@ class SpeculativeDecoder(Decoder):
         if self.config.tree is not None:
             return len(r.tokens)
         return len(r.tokens) + min(len(path), max(len(draft.tokens) - 1, 0))
+
+
+def tree_parents(drafts: list[Draft], n_nodes: int) -> torch.Tensor:
+    """(B, T) int64: each node's parent node (the root's entry is unused)."""
+    parents = torch.zeros(len(drafts), n_nodes, dtype=torch.long)
+    for b, d in enumerate(drafts):
+        parents[b, 1 : 1 + len(d.parents)] = torch.tensor(d.parents, dtype=torch.long) + 1
+    return parents
