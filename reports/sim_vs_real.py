@@ -136,10 +136,12 @@ def _matched_errors(real: RunData, matched: RunData) -> list[tuple[str, str]]:
 
 
 def speed_matched_label(matched: RunData) -> str:
-    scale = matched.config.get("cost_model", {}).get("price_scale", 1.0)
+    cost = matched.config.get("cost_model", {})
+    scale, draft = cost.get("price_scale", 1.0), cost.get("draft_price_scale")
+    drafts = "" if draft is None else f" (the draft's × {draft:.4f}, read from its own forwards)"
     return (
-        f"At the run's speed: the twin again with every price × {scale:.4f}, the real run's "
-        "summed step wall times over the twin's prices of those steps (a diagnostic that "
+        f"At the run's speed: the twin again with every price × {scale:.4f}{drafts}, the real "
+        "run's summed step wall times over the twin's prices of those steps (a diagnostic that "
         "reads the machine's speed from the run itself: what is left is the model's and the "
         "dynamics' error, not the check's)"
     )

@@ -11,7 +11,7 @@ from simulator.cost_models.base import StepWork
 from simulator.cost_models.calibrated import CalibratedCostModel
 from simulator.cost_models.calibrated_fit import Curve, StepCostFit
 from workbench.store import ResultsStore
-from workbench.store.profiles import Profile, ProfilePoint
+from workbench.store.profiles import VERIFY_REVISION, Profile, ProfilePoint
 
 # The zoo `tiny` target's shape, in ModelSpec terms.
 TINY_SHAPE = {
@@ -122,7 +122,7 @@ def profile(
         probes=1,
         versions={"torch": "x"},
         created_at=1_700_000_000.0,
-        info={"load_average_at_start": "0.10 0.10 0.10"},
+        info={"load_average_at_start": "0.10 0.10 0.10", "verify_revision": VERIFY_REVISION},
     )
 
 

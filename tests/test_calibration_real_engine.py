@@ -3,6 +3,7 @@ profile over the designed grid (the small `test` grid), resumable, bad input in 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import duckdb
 import torch
 
 from real_backend.calibration.grid import get_grid
@@ -18,6 +20,7 @@ from real_backend.calibration.measure import calibrate, resolve_target
 from real_backend.model.loading import load_checkpoint
 from workbench.cli import main
 from workbench.store import ResultsStore
+from workbench.store.profiles import VERIFY_REVISION
 
 pytestmark = pytest.mark.slow  # serves the grid's probes on a real model (seconds each)
 
@@ -73,6 +76,16 @@ def test_calibrate_stores_every_probe_step_and_exports_csv(
     assert verify.decode_extra_context_sum == 2 * keys + 3 * batch
     assert main(_calibrate_cli(db, tiny_zoo)) == 0  # again: nothing to measure
     assert "is complete already" in capsys.readouterr().out
+    assert profile.verify_revision == VERIFY_REVISION
+    # A profile whose verifications were measured the old way is not complete: measured anew.
+    info = {k: v for k, v in profile.info.items() if k != "verify_revision"}
+    with duckdb.connect(str(db)) as con:
+        con.execute("UPDATE profiles SET info = ?", [json.dumps(info)])
+    assert main(_calibrate_cli(db, tiny_zoo)) == 0
+    assert "measured 8 probes" in capsys.readouterr().out
+    with ResultsStore.open(db, read_only=True) as store:
+        old, new = store.profiles()
+    assert (old.verify_revision, new.verify_revision) == (0, VERIFY_REVISION)
 
 
 def test_an_interrupted_calibration_resumes_where_it_stopped(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.cost_models.base import CostModel, StepWork
-from simulator.decoders.draft_cost import DraftCache, served_draft_errors_text
+from simulator.decoders.draft_cost import DraftCache, served_draft_errors_text, served_draft_scale
 from workbench.records import DraftForwards
 
 
@@ -76,3 +76,17 @@ def test_a_served_run_s_draft_forwards_priced_against_their_time() -> None:
     assert prompt_work.prefill_chunk_tokens == (20,) and prompt_work.decode_batch_size == 1
     assert prompt_work.decode_context_sum == 10  # the other sequence's 9 cached + its token
     assert catch_up.decode_batch_size == 2 and catch_up.decode_extra_tokens == 1
+
+
+def test_the_draft_s_own_scale_makes_its_served_forwards_add_up() -> None:
+    """`--speed-matched` prices a draft at the speed its own forwards ran (4 + 2 + 1 ms
+    measured against 6 ms priced), times whatever scale its model had."""
+    chain = ((2, 30), (1, 31))
+    drafts = [
+        DraftForwards((chain, chain, chain, chain), 0.004),
+        DraftForwards((chain,), 0.002),
+        DraftForwards((chain,), 0.001),
+    ]
+    model = Recorder()
+    model.price_scale = 2.0  # type: ignore[attr-defined]
+    assert served_draft_scale(model, drafts) == 2.0 * 7 / 6  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ the roofline."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 from calibration_helpers import (
     TINY_DRAFT_SHAPE,
+    TINY_SHAPE,
     grid_works,
     points_of,
     profile,
@@ -33,10 +35,12 @@ from simulator.cost_models.roofline import RooflineCostModel
 from simulator.decoders.draft_cost import draft_cost_model
 from simulator.run import simulate
 from workbench.errors import WorkbenchError
+from workbench.scenario.decoders import VanillaDecoderConfig
 from workbench.scenario.loader import load_scenario
 from workbench.scenario.scenario import Scenario
 from workbench.scenario.system import CalibratedCostConfig
 from workbench.store.db import ResultsStore
+from workbench.store.profiles import Profile
 
 DRAFT_SPEED = 0.25  # the draft's steps cost this much of the target's
 
@@ -120,6 +124,37 @@ def test_a_draft_profile_without_verification_widths_is_refused(
     cost = "{kind: calibrated, profile: target, draft_profile: no-verify}"
     with pytest.raises(WorkbenchError, match=r"cost_model\.draft_profile: .*measured no verify"):
         simulate(scenario(tmp_path, cost), store=store)
+
+
+def unrevised(name: str, shape: dict[str, int]) -> Profile:
+    """A profile as grids before the verify revision measured it (nothing recorded)."""
+    old = profile(name, shape=shape)
+    return dataclasses.replace(
+        old, info={k: v for k, v in old.info.items() if k != "verify_revision"}
+    )
+
+
+def test_profiles_measuring_verification_the_old_way_are_refused(
+    tmp_path: Path, store: ResultsStore
+) -> None:
+    works = grid_works()
+    seconds = [truth().step_time_s(w) for w in works]
+    store_profile(store, unrevised("old-target", TINY_SHAPE), points_of(works, seconds))
+    store_profile(store, unrevised("old-draft", TINY_DRAFT_SHAPE), points_of(works, seconds))
+    for cost, field in (
+        ("{kind: calibrated, profile: old-target, draft_profile: draft}", "profile"),
+        ("{kind: calibrated, profile: target, draft_profile: old-draft}", "draft_profile"),
+    ):
+        with pytest.raises(WorkbenchError) as e:
+            simulate(scenario(tmp_path, cost), store=store)
+        text = str(e.value)
+        assert f"cost_model.{field}: profile 'old-" in text and "\n" not in text
+        assert "(revision 0, now 1" in text and "`workbench calibrate --model tiny`" in text
+    # A vanilla run verifies nothing: the old profile still prices it.
+    vanilla = scenario(tmp_path, "{kind: calibrated, profile: old-target}")
+    simulate(
+        vanilla.model_copy(update={"decoder": VanillaDecoderConfig(kind="vanilla")}), store=store
+    )
 
 
 def test_the_roofline_only_when_asked(tmp_path: Path, store: ResultsStore) -> None:

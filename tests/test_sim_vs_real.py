@@ -10,7 +10,7 @@ from fixtures_records import RequestSpec, make_meta, make_records
 
 from reports.build import build_report
 from reports.collect import collect_run
-from reports.sim_vs_real import error, error_rows, pair_error_text
+from reports.sim_vs_real import error, error_rows, pair_error_text, speed_matched_label
 from reports.step_walls import DraftTimes, step_walls
 from workbench.store import ResultsStore
 
@@ -141,13 +141,14 @@ def test_a_twin_that_cannot_price_the_real_steps_says_why(tmp_path: Path) -> Non
 
 def test_a_draft_that_cannot_be_priced_says_why_beside_the_target_s_line(tmp_path: Path) -> None:
     from workbench.records import DraftForwards
-    from workbench.runner import _draft_prices_text
+    from workbench.runner import _draft_prices
     from workbench.scenario.loader import load_scenario
 
     speculative = Path(__file__).resolve().parent.parent / "scenarios" / "speculative_sim.yaml"
     sim = load_scenario(speculative, ["cost_model={kind: calibrated, profile: p}"])
     with ResultsStore.open(tmp_path / "empty.duckdb") as store:
-        text = _draft_prices_text(sim, store, [DraftForwards((((1, 9),),), 0.001)])
+        text, scale = _draft_prices(sim, store, [DraftForwards((((1, 9),),), 0.001)])
+    assert scale is None  # no speed-matched draft from it
     assert text.startswith("the draft's forwards not priced (WorkbenchError: ")
     assert "draft_profile" in text
 
@@ -172,4 +173,9 @@ def test_a_speed_matched_twin_is_shown_beside_the_pair_never_as_the_twin(
     assert table.headers[-1] == "Error at the run's speed (fast1)"
     errors = {row[0]: row[-2:] for row in table.rows}
     assert errors["TTFT median (ms)"] == ["+10.0%", "+0.0%"]
-    assert "every price × 0.9091" in table.note
+    assert "every price × 0.9091" in table.note and "the draft's" not in table.note
+    drafted = cost | {"draft_price_scale": 1.05}  # a drafting twin's draft, at its own speed
+    meta = make_meta("fast2", backend="sim", config=CONFIG | {"cost_model": drafted})
+    pair_store.write_run(meta, _records(1.0, {"speed_matched_twin_of": "real1"}))
+    label = speed_matched_label(collect_run(pair_store, "fast2"))
+    assert "every price × 0.9091 (the draft's × 1.0500, read from its own forwards)" in label

@@ -61,7 +61,7 @@ def test_both_backends_run_as_a_pair_with_an_error_table(
     assert sim_config["cost_model"] == {
         "kind": "calibrated", "profile": profile.profile_id, "profile_csv": None,
         "allow_other_device": False, "price_scale": 1.0, "draft_profile": None,
-        "draft_profile_csv": None, "draft_roofline": False,
+        "draft_profile_csv": None, "draft_roofline": False, "draft_price_scale": None,
     }  # fmt: skip
     # The same KV budget on both: the real backend's own sizing, made explicit.
     blocks = real_config["scheduler"]["kv_cache"]["num_blocks"]
@@ -374,3 +374,6 @@ def test_a_speculative_twin_prices_its_draft_by_the_draft_s_profile(
         prices = store.get_run(pair.sim.run_id)["info"]["step_prices"]
         assert "the target's share" in prices and "the draft's forwards" in prices
         assert pair.speed_matched is not None
+        # ... and its draft at the speed of its own measured forwards, read apart.
+        cost = json.loads(store.get_run(pair.speed_matched.run_id)["config_json"])["cost_model"]
+        assert cost["draft_price_scale"] > 0 and cost["draft_price_scale"] != cost["price_scale"]

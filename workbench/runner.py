@@ -267,17 +267,19 @@ def _run_twin(
     matched = None
     if speed_matched and prices is not None and prices.scale is not None:
         matched = run(
-            SweepPoint(point.values, _at_price_scale(sim, prices.scale)),
+            SweepPoint(point.values, _at_price_scale(sim, prices.scale, prices.draft_scale)),
             info={"speed_matched_twin_of": real_run.run_id},
         )
     return TwinOutcome(real_run, sim_run, matched)
 
 
-def _at_price_scale(sim: Scenario, scale: float) -> Scenario:
-    """The twin with every price times `scale` (four decimals: a tenth of a per mille)."""
+def _at_price_scale(sim: Scenario, scale: float, draft_scale: float | None) -> Scenario:
+    """The twin with every price times `scale`, a draft's times its own `draft_scale` where
+    its forwards were priced (four decimals: a tenth of a per mille)."""
     cost = sim.cost_model
     assert isinstance(cost, CalibratedCostConfig)  # twin_scenarios prices every twin so
-    scaled = cost.model_copy(update={"price_scale": round(scale, 4)})
+    draft = None if draft_scale is None else round(draft_scale, 4)
+    scaled = cost.model_copy(update={"price_scale": round(scale, 4), "draft_price_scale": draft})
     return sim.model_copy(update={"cost_model": scaled})
 
 
@@ -408,6 +410,7 @@ class StepPrices(NamedTuple):
 
     text: str
     scale: float | None
+    draft_scale: float | None = None  # the draft's own, when its forwards were priced
 
 
 def _step_prices(
@@ -430,32 +433,47 @@ def _step_prices(
         model = build_cost_model(with_model_source(sim), store)
         assert isinstance(model, CalibratedCostModel), "a twin is priced by its profile"
         text = served_errors_text(model, steps)
+        draft_scale = None
         if draft_of(sim.decoder) is not None:  # the points hold the target's share of a step
             text += "; the target's share of each step (its measured draft forwards left out)"
             if drafts:
-                text += "; " + _draft_prices_text(sim, store, drafts)
-        return StepPrices(text, served_price_scale(model, steps))
+                draft_text, draft_scale = _draft_prices(sim, store, drafts)
+                text += "; " + draft_text
+        return StepPrices(text, served_price_scale(model, steps), draft_scale)
     except Exception as e:  # recorded in the run's info, not hidden
         return StepPrices(f"not priced ({type(e).__name__}: {e})", None)
 
 
-def _draft_prices_text(sim: Scenario, store: ResultsStore, drafts: list[DraftForwards]) -> str:
-    """The twin's draft price of each step's draft forwards, as the drafter ran them (or why
-    not: the target's line stands without it)."""
+def _draft_prices(
+    sim: Scenario, store: ResultsStore, drafts: list[DraftForwards]
+) -> tuple[str, float | None]:
+    """The twin's draft price of each step's draft forwards, as the drafter ran them, and the
+    draft's own price scale (None for a roofline draft); or why not: the target's line
+    stands without it."""
     try:
         return _priced_drafts(sim, store, drafts)
     except Exception as e:  # recorded in the run's info, not hidden
-        return f"the draft's forwards not priced ({type(e).__name__}: {e})"
+        return f"the draft's forwards not priced ({type(e).__name__}: {e})", None
 
 
-def _priced_drafts(sim: Scenario, store: ResultsStore, drafts: list[DraftForwards]) -> str:
-    from simulator.decoders.draft_cost import draft_cost_model, served_draft_errors_text
+def _priced_drafts(
+    sim: Scenario, store: ResultsStore, drafts: list[DraftForwards]
+) -> tuple[str, float | None]:
+    from simulator.cost_models.calibrated import CalibratedCostModel
+    from simulator.decoders.draft_cost import (
+        draft_cost_model,
+        served_draft_errors_text,
+        served_draft_scale,
+    )
     from simulator.decoders.factory import draft_spec
 
     resolved = with_model_source(sim)
     spec = draft_spec(resolved)
     assert spec is not None, "a twin with draft forwards has a draft"
-    return served_draft_errors_text(draft_cost_model(resolved, spec, store), drafts)
+    model = draft_cost_model(resolved, spec, store)
+    calibrated = isinstance(model, CalibratedCostModel)
+    scale = served_draft_scale(model, drafts) if calibrated else None
+    return served_draft_errors_text(model, drafts), scale
 
 
 def _calibration_repeatability(sim: Scenario, store: ResultsStore) -> str | None:

@@ -34,7 +34,7 @@ from workbench.errors import WorkbenchError
 from workbench.scenario.decoders import VanillaDecoderConfig
 from workbench.scheduling.factory import build_policy
 from workbench.store.db import ResultsStore
-from workbench.store.profiles import Profile, ProfilePoint
+from workbench.store.profiles import VERIFY_REVISION, Profile, ProfilePoint
 
 SEED = 0
 GREEDY = VanillaDecoderConfig(kind="vanilla")
@@ -154,10 +154,11 @@ def _resume_or_new(
 def _conditions(profile: Profile) -> tuple[object, ...]:
     # decode_attention: profiles begun before schema 9 recorded neither padding nor idle
     # time, so an interrupted one is not resumed with points that do
+    # (and one whose verification steps were measured otherwise is not either)
     attention, kernels = profile.info.get("decode_attention"), profile.info.get("kernels")
     return (
         profile.checkpoint, profile.device, profile.dtype, profile.threads, profile.grid,
-        attention, kernels, profile.linear,
+        attention, kernels, profile.linear, profile.verify_revision,
     )  # fmt: skip
 
 
@@ -186,6 +187,7 @@ def _new_profile(target: CalibrationTarget, grid: Grid, name: str, args: ModelAr
             "kernels": kernels.name,
             "decode_attention": "padded" if kernels.pads_attention else "exact",
             "linear": default_linear(DTYPES[target.dtype], target.device),
+            "verify_revision": VERIFY_REVISION,
         },
     )
 

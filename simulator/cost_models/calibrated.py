@@ -24,10 +24,10 @@ from simulator.cost_models.calibrated_fit import (
     prefill_keys,
 )
 from workbench.errors import WorkbenchError
-from workbench.scenario.decoders import PIPELINE_DECODER_KINDS
+from workbench.scenario.decoders import PIPELINE_DECODER_KINDS, draft_of
 from workbench.scenario.scenario import Scenario
 from workbench.scenario.system import CalibratedCostConfig
-from workbench.store.profiles import Profile, ProfilePoint, read_csv_profile
+from workbench.store.profiles import VERIFY_REVISION, Profile, ProfilePoint, read_csv_profile
 
 if TYPE_CHECKING:
     from workbench.store.db import ResultsStore
@@ -184,6 +184,8 @@ def build_calibrated(
     assert isinstance(cfg, CalibratedCostConfig)
     profile, points = load_profile(cfg, store)
     check_profile(profile, scenario, model, cfg)
+    if verifies(scenario):
+        check_verify_revision(profile)
     fit = fit_profile(points, profile)
     check_kinds(fit, scenario, _profile_source(cfg, store))
     return CalibratedCostModel(fit, profile, cfg.price_scale)
@@ -200,6 +202,7 @@ def build_calibrated_draft(
     assert isinstance(cfg, CalibratedCostConfig)
     profile, points = read_profile(cfg.draft_profile, cfg.draft_profile_csv, store, DRAFT_FIELD)
     check_profile(profile, scenario, draft, cfg, DRAFT_FIELD)
+    check_verify_revision(profile, DRAFT_FIELD)  # its catch-ups are priced as verifications
     fit = fit_profile(points, profile, forwards=True)
     missing = sorted({"decode", "prefill", "verify"} - set(fit.kinds))
     if missing:
@@ -208,7 +211,8 @@ def build_calibrated_draft(
             "model's forwards run",
             field=DRAFT_FIELD,
         )
-    return CalibratedCostModel(fit, profile, cfg.price_scale)
+    scale = cfg.price_scale if cfg.draft_price_scale is None else cfg.draft_price_scale
+    return CalibratedCostModel(fit, profile, scale)
 
 
 def load_profile(
@@ -402,10 +406,29 @@ def check_profile(
         )
 
 
+def verifies(scenario: Scenario) -> bool:
+    """Whether the scenario's decodes run verification steps (drafted or guessed tokens)."""
+    return scenario.decoder.kind in MULTI_TOKEN_DECODERS or draft_of(scenario.decoder) is not None
+
+
+def check_verify_revision(profile: Profile, field: str = FIELD) -> None:
+    """Refuse a profile whose verification steps were measured as older grids did (see
+    `VERIFY_REVISION`): its prices for them are known to be wrong, not merely noisy."""
+    if profile.verify_revision >= VERIFY_REVISION:
+        return
+    raise WorkbenchError(
+        f"{profile.describe()} measured its verification steps as grids before 2026-11-27 "
+        f"did (revision {profile.verify_revision}, now {VERIFY_REVISION}: over short "
+        "contexts only, so a verified token's keys are priced at nothing); calibrate again: "
+        f"`workbench calibrate --model {profile.model}`",
+        field=field,
+    )
+
+
 def check_kinds(fit: StepCostFit, scenario: Scenario, source: str) -> None:
     """The profile must have measured every step kind the scenario's engine runs."""
     needed = {"decode", "prefill"}
-    if scenario.decoder.kind in MULTI_TOKEN_DECODERS:
+    if verifies(scenario):
         needed.add("verify")
     if scenario.decoder.kind in PIPELINE_DECODER_KINDS:
         raise WorkbenchError(

@@ -23,7 +23,11 @@ import numpy as np
 from simulator.catalogs.models import MODEL_CATALOG, ModelSpec, model_from_hf_config
 from simulator.catalogs.suggest import unknown_name_message
 from simulator.cost_models.base import CostModel, StepWork, extra_keys
-from simulator.cost_models.calibrated import DRAFT_FIELD, build_calibrated_draft
+from simulator.cost_models.calibrated import (
+    DRAFT_FIELD,
+    CalibratedCostModel,
+    build_calibrated_draft,
+)
 from simulator.cost_models.factory import shape_cost_model
 from workbench.errors import WorkbenchError
 from workbench.records import DraftForward, DraftForwards
@@ -182,6 +186,13 @@ def served_draft_errors_text(cost_model: CostModel, drafts: list[DraftForwards])
         f"the draft's forwards {100 * total:+.1f}% (median |error| "
         f"{100 * float(np.median(relative)):.1f}%, {len(drafts):,} steps)"
     )
+
+
+def served_draft_scale(cost_model: CalibratedCostModel, drafts: list[DraftForwards]) -> float:
+    """The draft's `price_scale` whose prices of a served run's draft forwards add up to
+    their measured time (as `served_price_scale` reads the target's)."""
+    predicted = sum(_forwards_s(cost_model, d.forwards) for d in drafts)
+    return cost_model.price_scale * sum(d.draft_s for d in drafts) / predicted
 
 
 def _forwards_s(cost_model: CostModel, forwards: tuple[DraftForward, ...]) -> float:

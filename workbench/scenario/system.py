@@ -204,6 +204,14 @@ class CalibratedCostConfig(StrictModel):
         "a real run's summed step wall times over the twin's prices of those steps). 1 "
         "prices the machine as it was calibrated.",
     )
+    draft_price_scale: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=100.0,
+        description="The draft model's prices times this instead of `price_scale` (the "
+        "draft's own speed against its calibration's: `--speed-matched` sets it from a real "
+        "run's measured draft forwards). Unset: `price_scale`.",
+    )
 
     @model_validator(mode="after")
     def _one_profile(self) -> CalibratedCostConfig:

@@ -25,6 +25,14 @@ from workbench.errors import WorkbenchError
 from workbench.store.schema import POINT_COLUMNS, PROFILE_COLUMNS
 
 SINCE_SCHEMA_9 = ("decode_context_max", "idle_before_s")  # optional in older CSVs
+
+# How the calibration grid measures verification steps, recorded in a profile's info:
+# 0 (unrecorded): every verification over a 64-token prompt, so the fit could not tell a
+#   verified token's keys from the token (its price for them came out 0), and the probe
+#   kept its token without the acceptance kernel a speculative step runs;
+# 1 (2026-11-27): verifications over long and uneven contexts too, through the same causal
+#   forward and greedy acceptance kernel as a speculative chain.
+VERIFY_REVISION = 1
 INTEGER_FIELDS = (
     "step",
     "decode_batch_size",
@@ -123,6 +131,12 @@ class Profile:
         if isinstance(recorded, str):
             return recorded
         return "onednn-prepacked" if (self.device, self.dtype) == ("cpu", "fp32") else "aten"
+
+    @property
+    def verify_revision(self) -> int:
+        """How its verification steps were measured (`VERIFY_REVISION`); 0 if unrecorded."""
+        recorded = self.info.get("verify_revision")
+        return recorded if isinstance(recorded, int) else 0
 
     def describe(self) -> str:
         """One line: what was measured where."""
