@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -39,8 +40,14 @@ class SeqStep:
 
 def tree_mask_from_parents(parents: Sequence[int]) -> torch.Tensor:
     """(n, n) bool: row i = row parents[i] plus i itself."""
+    return torch.from_numpy(_parents_mask(parents))
+
+
+def _parents_mask(parents: Sequence[int]) -> np.ndarray:
+    """`tree_mask_from_parents` on the host, in NumPy: a row copy there costs a microsecond,
+    a tensor's several (and a step builds one row per new token of every masked sequence)."""
     n = len(parents)
-    mask = torch.zeros(n, n, dtype=torch.bool)
+    mask = np.zeros((n, n), dtype=np.bool_)
     for i, p in enumerate(parents):
         if not -1 <= p < i:
             raise ValueError(f"parent of token {i} must be -1 or an earlier token, got {p}")
@@ -50,18 +57,18 @@ def tree_mask_from_parents(parents: Sequence[int]) -> torch.Tensor:
     return mask
 
 
-def step_mask(step: SeqStep) -> torch.Tensor:
+def step_mask(step: SeqStep) -> np.ndarray:
     """(n, n) bool visibility among a step's new tokens."""
     n = len(step.tokens)
     if step.mask is not None:
-        mask = step.mask.to(torch.bool).cpu()
-        if mask.shape != (n, n) or not bool(mask.diagonal().all()):
+        mask = step.mask.to(torch.bool).cpu().numpy()
+        if mask.shape != (n, n) or not mask.diagonal().all():
             raise ValueError(f"mask of {step.seq!r} must be ({n}, {n}) with a true diagonal")
         return mask
     parents = step.parents if step.parents is not None else range(-1, n - 1)
     if len(parents) != n:
         raise ValueError(f"{step.seq!r}: {n} tokens but {len(parents)} parents")
-    return tree_mask_from_parents(parents)
+    return _parents_mask(parents)
 
 
 @functools.lru_cache(maxsize=16)
@@ -201,16 +208,16 @@ def prepare_step(
     B, Q = len(plan), max(len(s.tokens) for s in plan)
     tokens, positions, slots, pad_index = [], [], [], []  # (N,) each, as Python lists
     contexts, lengths = [], []
-    tree_mask = None  # (B, Q, Q) once some sequence is not a causal chain
+    tree_mask = None  # (B, Q, Q) on the host once some sequence is not a causal chain
     for b, s in enumerate(plan):
         n = len(s.tokens)
         ctx = reserve_slots(cache, s.seq, n, sliding_window)
         if s.parents is None and s.mask is None:  # a causal chain: the default mask
             positions.extend(range(ctx, ctx + n))
         else:
-            mask = step_mask(s)
+            mask = step_mask(s)  # (n, n)
             if tree_mask is None:
-                tree_mask = torch.ones(Q, Q, dtype=torch.bool).tril().repeat(B, 1, 1)
+                tree_mask = np.tile(np.tri(Q, dtype=np.bool_), (B, 1, 1))  # (B, Q, Q) causal
             tree_mask[b, :n, :n] = mask
             positions.extend((ctx + mask.sum(-1) - 1).tolist())  # depth in the tree
         tokens.extend(s.tokens)
@@ -225,7 +232,7 @@ def prepare_step(
         block_tables=cache.block_tables([s.seq for s in plan]),
         context_lens=context_lens,
         new_lens=new_lens,
-        tree_mask=None if tree_mask is None else to_device(tree_mask, device),
+        tree_mask=None if tree_mask is None else to_device(torch.from_numpy(tree_mask), device),
         kernels=kernels,
         max_new=Q,
         pad_index=None if len(tokens) == B * Q else device_tensor(pad_index, device),
