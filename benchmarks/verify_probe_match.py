@@ -5,12 +5,15 @@ probes (`real_backend/calibration/verify_probe.py`). This times, interleaved in 
 on a zoo target with a batch of sequences at a fixed context, the target's work of one
 verification step (forward, acceptance, roll-back; no draft model) as:
 
-- `decoder`: the speculative decoder does it now, a chain on the causal path and accepted
-  by the batched chain rule (`greedy_decisions` without parents);
-- `probe`: the verify probe does it now (the same calls, on copies of the newest token);
+- `decoder`: the speculative decoder's calls now (as `SpeculativeDecoder.decode_with` makes
+  them after drafting: a chain on the causal path, accepted by `greedy_decisions` without
+  parents; the drafter and the settling of the caches left out);
+- `probe`: `VerifyWidthProbe.decode` itself (the same calls on copies of the newest token);
 - `decoder_before` / `probe_before`: both as they were before 2026-11-27 (evening): the
   decoder sent its chain with explicit parents (the tree-mask path) and walked each
-  sequence's tree in Python; the probe ran the causal forward and took each row's argmax.
+  sequence's tree in Python; the probe ran the causal forward and took each row's argmax
+  (their inputs built at once, a little cheaper than the code of the day did: the gaps
+  before are, if anything, understated).
 
 Printed: medians per batch size, the decoder over the probe (before and now) and the
 decoder now over before.
@@ -30,7 +33,9 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from kernels.verification import chain_parents, greedy_verify
+from real_backend.calibration.verify_probe import VerifyWidthProbe
 from real_backend.decoders.acceptance import greedy_decisions
+from real_backend.decoders.base import DecodeRequest
 from real_backend.model.loading import load_checkpoint
 from real_backend.model.transformer import SeqStep, Transformer
 from real_backend.zoo.build import cache_root
@@ -51,7 +56,12 @@ class Bench:
         self.drafts = [
             torch.randint(0, vocab, (width,), generator=gen).tolist() for _ in range(batch)
         ]
-        self.copies = [[ROOT] * width for _ in range(batch)]
+        self.verify_probe = VerifyWidthProbe(model, self.cache, width)
+        prompt_ends = [ROOT] * 2  # a request's last token is the root, the rest is in the cache
+        self.requests = [
+            DecodeRequest(b, prompt_ends, max_new=64, generator=torch.Generator())
+            for b in range(batch)
+        ]
 
     def _roll_back(self) -> None:
         for b in range(self.batch):
@@ -64,9 +74,7 @@ class Bench:
         self._roll_back()
 
     def probe(self) -> None:
-        steps = [SeqStep(b, [ROOT, *c]) for b, c in enumerate(self.copies)]
-        logits = self.model.step(self.cache, steps)
-        greedy_decisions(self.model.kernel_set(), self.copies, logits, None)
+        self.verify_probe.decode(self.requests)  # keeps the root, as a step would
         self._roll_back()
 
     def decoder_before(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterator
 
 import numpy as np
@@ -13,6 +14,7 @@ from real_backend.decoders.drafter import Drafter
 from real_backend.decoders.speculative import SpeculativeDecoder
 from real_backend.engine import RealEngine, ServeOptions
 from real_backend.model import ModelArgs, Transformer
+from real_backend.model.transformer import SeqStep
 from real_backend.prompts import synthetic_prompts
 from workbench.scenario.decoders import (
     SamplingConfig,
@@ -123,3 +125,32 @@ def checked(draft, config: SpeculativeDecoderConfig):
         return CheckedDecoder(model, cache, Drafter(draft, draft_cache, config), config)
 
     return make
+
+
+def spied_verification(model: Transformer) -> list[tuple[int, int, bool, list[int]]]:
+    """Per call of `model`'s greedy_verify from now on: (batch, nodes, chain, accepted
+    lengths). Replaces this model object's `kernel_set` (a test's own model only)."""
+    calls: list[tuple[int, int, bool, list[int]]] = []
+    kernels = model.kernel_set()
+
+    def greedy_verify(logits, draft_tokens, draft_lens, parents=None):
+        out = kernels.greedy_verify(logits, draft_tokens, draft_lens, parents)
+        calls.append((logits.shape[0], logits.shape[1], parents is None, out[0].tolist()))
+        return out
+
+    spied = dataclasses.replace(kernels, greedy_verify=greedy_verify)
+    model.kernel_set = lambda: spied  # type: ignore[method-assign]
+    return calls
+
+
+def spied_steps(model: Transformer) -> list[SeqStep]:
+    """Every SeqStep of `model.step`'s plans from now on (this model object only)."""
+    seen: list[SeqStep] = []
+    step = model.step
+
+    def recording(cache, plan, last_only=False):
+        seen.extend(plan)
+        return step(cache, plan, last_only)
+
+    model.step = recording  # type: ignore[method-assign]
+    return seen

@@ -4,6 +4,7 @@ of a few tokens runs as a decode token and extras (as the real drafter's forward
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from simulator.cost_models.base import CostModel, StepWork
 from simulator.decoders.draft_cost import DraftCache, served_draft_errors_text, served_draft_scale
@@ -89,4 +90,6 @@ def test_the_draft_s_own_scale_makes_its_served_forwards_add_up() -> None:
     ]
     model = Recorder()
     model.price_scale = 2.0  # type: ignore[attr-defined]
-    assert served_draft_scale(model, drafts) == 2.0 * 7 / 6  # type: ignore[arg-type]
+    assert served_draft_scale(model, drafts) == pytest.approx(2.0 * 7 / 6)  # type: ignore[arg-type]
+    unpriced = [DraftForwards((), 0.001)]  # a step without draft forwards prices to nothing
+    assert served_draft_scale(model, unpriced) is None  # type: ignore[arg-type]

@@ -29,8 +29,10 @@ from simulator.cost_models.calibrated import (
     CalibratedCostModel,
     Preferences,
     calibrated_config_for,
+    latest_profile,
     with_draft_profile,
 )
+from simulator.cost_models.factory import build_cost_model
 from simulator.cost_models.roofline import RooflineCostModel
 from simulator.decoders.draft_cost import draft_cost_model
 from simulator.run import simulate
@@ -93,6 +95,19 @@ def test_the_draft_is_priced_by_its_profiles_forward_times(
         assert model.step_time_s(work) == pytest.approx(expected, rel=0.03)
 
 
+def test_the_draft_s_own_price_scale_scales_the_draft_alone(
+    tmp_path: Path, store: ResultsStore
+) -> None:
+    both = "{kind: calibrated, profile: target, draft_profile: draft, price_scale: 1.5"
+    apart = scenario(tmp_path, both + ", draft_price_scale: 0.5}")
+    alike = scenario(tmp_path, both + "}")
+    work = StepWork(decode_batch_size=4, decode_context_sum=256)
+    drafts = [draft_cost_model(s, draft_shape(tmp_path), store) for s in (apart, alike)]
+    assert drafts[0].step_time_s(work) == pytest.approx(drafts[1].step_time_s(work) / 3)
+    targets = [build_cost_model(s, store) for s in (apart, alike)]
+    assert targets[0].step_time_s(work) == targets[1].step_time_s(work)
+
+
 def test_without_a_draft_price_a_calibrated_scenario_is_refused(
     tmp_path: Path, store: ResultsStore
 ) -> None:
@@ -149,7 +164,8 @@ def test_profiles_measuring_verification_the_old_way_are_refused(
             simulate(scenario(tmp_path, cost), store=store)
         text = str(e.value)
         assert f"cost_model.{field}: profile 'old-" in text and "\n" not in text
-        assert "(revision 0, now 1" in text and "`workbench calibrate --model tiny`" in text
+        assert "(verify revision 0, this workbench's is 1)" in text
+        assert "`workbench calibrate --model tiny --device cpu --dtype fp32 --db FILE`" in text
     # A vanilla run verifies nothing: the old profile still prices it.
     vanilla = scenario(tmp_path, "{kind: calibrated, profile: old-target}")
     simulate(
@@ -230,6 +246,27 @@ def test_a_twin_finds_the_draft_s_latest_profile(tmp_path: Path, store: ResultsS
     assert chosen.draft_profile == store.find_profile("draft").profile_id
     asked = cost.model_copy(update={"draft_roofline": True})
     assert with_draft_profile(asked, twin, draft, store, Preferences()) == asked
+
+
+def test_a_verifying_twin_prefers_a_profile_whose_verifications_count(
+    tmp_path: Path, store: ResultsStore
+) -> None:
+    """An old-revision profile on this machine would be refused: a current one elsewhere is
+    taken first; a vanilla twin keeps preferring this machine's."""
+    twin = scenario(tmp_path, "{kind: calibrated, profile: target}")
+    cost = twin.cost_model
+    assert isinstance(cost, CalibratedCostConfig)
+    works = grid_works()
+    old = unrevised("draft-here", TINY_DRAFT_SHAPE)
+    old.created_at, old.threads = old.created_at + 60, 4  # the newest, on this machine's threads
+    store_profile(store, old, points_of(works, [1e-3] * len(works)))
+    here = Preferences(machine=("test CPU", 4))
+    draft = (draft_shape(tmp_path), tmp_path / "draft")
+    chosen = with_draft_profile(cost, twin, draft, store, here)
+    assert chosen.draft_profile == store.find_profile("draft").profile_id
+    spec = model_from_hf_config(tiny_config(tmp_path / "draft", TINY_DRAFT_SHAPE), name="d")
+    vanilla = twin.model_copy(update={"decoder": VanillaDecoderConfig(kind="vanilla")})
+    assert latest_profile(store, spec, vanilla, here) == store.find_profile("draft-here")
 
 
 def test_a_twin_without_a_draft_profile_says_how_to_measure_one(tmp_path: Path) -> None:

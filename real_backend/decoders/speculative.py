@@ -1,7 +1,8 @@
 """Speculative decoding: a draft model proposes, the target verifies in one forward.
 
 Per step and sequence: the draft proposes a chain of k tokens (or a token tree); the target
-runs the last emitted token plus the proposal in one forward, with the tree mask; the rule
+runs the last emitted token plus the proposal in one forward (a chain on the causal path, a
+tree with its tree mask); the rule
 below accepts a prefix (a root-to-node path) and adds the target's own next token; the
 target cache keeps exactly the accepted tokens, the draft cache the still-valid ones.
 
@@ -176,8 +177,7 @@ class SpeculativeDecoder(Decoder):
     ) -> list[tuple[list[int], int]]:
         """Per sequence (accepted node indices, the target's next token): see
         `greedy_decisions`; a chain verifies without parents."""
-        T = max(len(d.tokens) for d in drafts) + 1
-        parents = None if self.config.tree is None else tree_parents(drafts, T)
+        parents = None if self.config.tree is None else _tree_parents(drafts)
         tokens = [d.tokens for d in drafts]
         return greedy_decisions(self.model.kernel_set(), tokens, logits, parents)
 
@@ -200,8 +200,9 @@ class SpeculativeDecoder(Decoder):
         return len(r.tokens) + min(len(path), max(len(draft.tokens) - 1, 0))
 
 
-def tree_parents(drafts: list[Draft], n_nodes: int) -> torch.Tensor:
-    """(B, T) int64: each node's parent node (the root's entry is unused)."""
+def _tree_parents(drafts: list[Draft]) -> torch.Tensor:
+    """(B, T) int64: each node's parent node (the root's entry is unused), T the most nodes."""
+    n_nodes = 1 + max(len(d.tokens) for d in drafts)
     parents = torch.zeros(len(drafts), n_nodes, dtype=torch.long)
     for b, d in enumerate(drafts):
         parents[b, 1 : 1 + len(d.parents)] = torch.tensor(d.parents, dtype=torch.long) + 1

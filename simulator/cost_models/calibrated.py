@@ -184,10 +184,10 @@ def build_calibrated(
     assert isinstance(cfg, CalibratedCostConfig)
     profile, points = load_profile(cfg, store)
     check_profile(profile, scenario, model, cfg)
-    if verifies(scenario):
-        check_verify_revision(profile)
     fit = fit_profile(points, profile)
     check_kinds(fit, scenario, _profile_source(cfg, store))
+    if verifies(scenario):
+        check_verify_revision(profile)
     return CalibratedCostModel(fit, profile, cfg.price_scale)
 
 
@@ -344,8 +344,9 @@ def latest_profile(
     store: ResultsStore, model: ModelSpec, scenario: Scenario, prefer: Preferences
 ) -> Profile | None:
     """The latest complete profile of `model`'s shape on the scenario's device and dtype,
-    preferring one measured with the run's kernels and linear layers, then on this machine
-    (its device name, then its threads); None: there is none."""
+    preferring, for a scenario that verifies, one whose verifications the current probe
+    measured (an older one is refused), then one measured with the run's kernels and linear
+    layers, then on this machine (its device name, then its threads); None: there is none."""
     shape = {key: getattr(model, key) for key in SHAPE_KEYS}
     device, dtype = scenario_device(scenario), scenario.model.dtype
     matches = [
@@ -356,10 +357,12 @@ def latest_profile(
     if not matches:
         return None
     name, threads = prefer.machine or (None, None)
+    verifying = verifies(scenario)
 
-    def preference(i: int) -> tuple[bool, bool, bool, bool, int]:
+    def preference(i: int) -> tuple[bool, bool, bool, bool, bool, int]:
         p = matches[i]
         return (
+            p.verify_revision >= VERIFY_REVISION or not verifying,
             p.kernels == prefer.kernels,
             p.linear == prefer.linear,
             p.device_name == name,
@@ -412,15 +415,15 @@ def verifies(scenario: Scenario) -> bool:
 
 
 def check_verify_revision(profile: Profile, field: str = FIELD) -> None:
-    """Refuse a profile whose verification steps were measured as older grids did (see
+    """Refuse a profile whose verification steps an older probe measured (see
     `VERIFY_REVISION`): its prices for them are known to be wrong, not merely noisy."""
     if profile.verify_revision >= VERIFY_REVISION:
         return
     raise WorkbenchError(
-        f"{profile.describe()} measured its verification steps as grids before 2026-11-27 "
-        f"did (revision {profile.verify_revision}, now {VERIFY_REVISION}: over short "
-        "contexts only, so a verified token's keys are priced at nothing); calibrate again: "
-        f"`workbench calibrate --model {profile.model}`",
+        f"{profile.describe()} measured its verification steps with an older probe (verify "
+        f"revision {profile.verify_revision}, this workbench's is {VERIFY_REVISION}), which "
+        "misprices them; calibrate again: `workbench calibrate --model "
+        f"{profile.model} --device {profile.device} --dtype {profile.dtype} --db FILE`",
         field=field,
     )
 

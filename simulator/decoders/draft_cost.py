@@ -188,10 +188,14 @@ def served_draft_errors_text(cost_model: CostModel, drafts: list[DraftForwards])
     )
 
 
-def served_draft_scale(cost_model: CalibratedCostModel, drafts: list[DraftForwards]) -> float:
+def served_draft_scale(
+    cost_model: CalibratedCostModel, drafts: list[DraftForwards]
+) -> float | None:
     """The draft's `price_scale` whose prices of a served run's draft forwards add up to
-    their measured time (as `served_price_scale` reads the target's)."""
+    their measured time (as `served_price_scale` reads the target's); None: nothing priced."""
     predicted = sum(_forwards_s(cost_model, d.forwards) for d in drafts)
+    if predicted <= 0:
+        return None
     return cost_model.price_scale * sum(d.draft_s for d in drafts) / predicted
 
 

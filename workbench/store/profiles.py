@@ -27,12 +27,13 @@ from workbench.store.schema import POINT_COLUMNS, PROFILE_COLUMNS
 SINCE_SCHEMA_9 = ("decode_context_max", "idle_before_s")  # optional in older CSVs
 
 # How the calibration grid measures verification steps, recorded in a profile's info:
-# 0 (unrecorded): every verification over a 64-token prompt, so the fit could not tell a
-#   verified token's keys from the token (its price for them came out 0), and the probe
-#   kept its token without the acceptance kernel a speculative step runs;
-# 1 (2026-11-27): verifications over long and uneven contexts too, through the same causal
-#   forward and greedy acceptance kernel as a speculative chain.
+# 0 (unrecorded, before 2026-11-27 evening): the probe kept its token without the acceptance
+#   kernel a speculative step runs, and until that afternoon every verification ran over a
+#   64-token prompt (the fit could not tell a verified token's keys from the token);
+# 1: verifications over short, long and uneven contexts, through the same causal forward
+#   and greedy acceptance kernel as a speculative chain.
 VERIFY_REVISION = 1
+
 INTEGER_FIELDS = (
     "step",
     "decode_batch_size",
@@ -136,7 +137,7 @@ class Profile:
     def verify_revision(self) -> int:
         """How its verification steps were measured (`VERIFY_REVISION`); 0 if unrecorded."""
         recorded = self.info.get("verify_revision")
-        return recorded if isinstance(recorded, int) else 0
+        return recorded if type(recorded) is int else 0  # (not a JSON true)
 
     def describe(self) -> str:
         """One line: what was measured where."""
