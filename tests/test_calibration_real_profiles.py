@@ -16,7 +16,7 @@ from simulator.cost_models.calibrated import calibrated_config_for, step_work
 from simulator.cost_models.factory import build_cost_model
 from simulator.run import simulate
 from workbench.errors import WorkbenchError
-from workbench.scenario.loader import validate_scenario
+from workbench.scenario.loader import load_scenario, validate_scenario
 from workbench.scenario.scenario import Scenario
 from workbench.store import ResultsStore
 from workbench.store.profiles import read_csv_profile
@@ -176,6 +176,17 @@ def test_unknown_incomplete_or_unreachable_profiles_are_refused(store, tmp_path:
         _scenario(tmp_path, {"kind": "calibrated", "profile_csv": "missing.csv"})
     with pytest.raises(WorkbenchError, match="exactly one of profile"):
         _scenario(tmp_path, {"kind": "calibrated"})
+
+
+def test_pipeline_stages_are_refused_before_any_profile_is_looked_for(tmp_path: Path) -> None:
+    calibrated = _scenario(tmp_path, {"kind": "calibrated", "profile": "p"})
+    pipeinfer = load_scenario(
+        Path(__file__).resolve().parent.parent / "scenarios" / "pipeinfer_sim.yaml",
+        ["cost_model={kind: calibrated, profile: p}"],
+    )
+    assert pipeinfer.cost_model == calibrated.cost_model
+    with pytest.raises(WorkbenchError, match=r"cost_model\.kind: .*not pipeline stages"):
+        build_cost_model(pipeinfer, None)  # no store, no profile: the stages said first
 
 
 def test_a_twin_without_a_matching_profile_names_the_command(store, tmp_path: Path) -> None:

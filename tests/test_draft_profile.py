@@ -251,22 +251,27 @@ def test_a_twin_finds_the_draft_s_latest_profile(tmp_path: Path, store: ResultsS
 def test_a_verifying_twin_prefers_a_profile_whose_verifications_count(
     tmp_path: Path, store: ResultsStore
 ) -> None:
-    """An old-revision profile on this machine would be refused: a current one elsewhere is
-    taken first; a vanilla twin keeps preferring this machine's."""
+    """On this machine a current profile wins over a newer old-revision one (which would be
+    refused); a vanilla twin keeps taking the newest; another machine's current profile does
+    not beat this machine's old one (refused here, the refusal says to calibrate again)."""
     twin = scenario(tmp_path, "{kind: calibrated, profile: target}")
     cost = twin.cost_model
     assert isinstance(cost, CalibratedCostConfig)
     works = grid_works()
-    old = unrevised("draft-here", TINY_DRAFT_SHAPE)
-    old.created_at, old.threads = old.created_at + 60, 4  # the newest, on this machine's threads
+    old = unrevised("draft-old", TINY_DRAFT_SHAPE)
+    old.created_at += 60  # newer than the fixture's current "draft", on the same machine
     store_profile(store, old, points_of(works, [1e-3] * len(works)))
-    here = Preferences(machine=("test CPU", 4))
+    here = Preferences(machine=("test CPU", 2))
     draft = (draft_shape(tmp_path), tmp_path / "draft")
     chosen = with_draft_profile(cost, twin, draft, store, here)
     assert chosen.draft_profile == store.find_profile("draft").profile_id
     spec = model_from_hf_config(tiny_config(tmp_path / "draft", TINY_DRAFT_SHAPE), name="d")
     vanilla = twin.model_copy(update={"decoder": VanillaDecoderConfig(kind="vanilla")})
-    assert latest_profile(store, spec, vanilla, here) == store.find_profile("draft-here")
+    assert latest_profile(store, spec, vanilla, here) == store.find_profile("draft-old")
+    on_four = dataclasses.replace(old, name="draft-old-4", profile_id="old4", threads=4)
+    store_profile(store, on_four, points_of(works, [1e-3] * len(works)))
+    chosen = with_draft_profile(cost, twin, draft, store, Preferences(machine=("test CPU", 4)))
+    assert chosen.draft_profile == "old4"
 
 
 def test_a_twin_without_a_draft_profile_says_how_to_measure_one(tmp_path: Path) -> None:

@@ -182,12 +182,13 @@ def build_calibrated(
     """The scenario's calibrated cost model, its profile checked against the scenario."""
     cfg = scenario.cost_model
     assert isinstance(cfg, CalibratedCostConfig)
+    check_one_engine(scenario)
     profile, points = load_profile(cfg, store)
     check_profile(profile, scenario, model, cfg)
-    fit = fit_profile(points, profile)
-    check_kinds(fit, scenario, _profile_source(cfg, store))
     if verifies(scenario):
         check_verify_revision(profile)
+    fit = fit_profile(points, profile)
+    check_kinds(fit, scenario, _profile_source(cfg, store))
     return CalibratedCostModel(fit, profile, cfg.price_scale)
 
 
@@ -344,9 +345,10 @@ def latest_profile(
     store: ResultsStore, model: ModelSpec, scenario: Scenario, prefer: Preferences
 ) -> Profile | None:
     """The latest complete profile of `model`'s shape on the scenario's device and dtype,
-    preferring, for a scenario that verifies, one whose verifications the current probe
-    measured (an older one is refused), then one measured with the run's kernels and linear
-    layers, then on this machine (its device name, then its threads); None: there is none."""
+    preferring one measured with the run's kernels and linear layers, then on this machine
+    (its device name, then its threads), then, for a scenario that verifies, one whose
+    verifications the current probe measured (an older one is refused: better this machine's
+    refused, which says to calibrate again here, than another machine's); None: none."""
     shape = {key: getattr(model, key) for key in SHAPE_KEYS}
     device, dtype = scenario_device(scenario), scenario.model.dtype
     matches = [
@@ -362,11 +364,11 @@ def latest_profile(
     def preference(i: int) -> tuple[bool, bool, bool, bool, bool, int]:
         p = matches[i]
         return (
-            p.verify_revision >= VERIFY_REVISION or not verifying,
             p.kernels == prefer.kernels,
             p.linear == prefer.linear,
             p.device_name == name,
             p.threads == threads,
+            p.verify_revision >= VERIFY_REVISION or not verifying,
             i,
         )
 
@@ -428,16 +430,20 @@ def check_verify_revision(profile: Profile, field: str = FIELD) -> None:
     )
 
 
-def check_kinds(fit: StepCostFit, scenario: Scenario, source: str) -> None:
-    """The profile must have measured every step kind the scenario's engine runs."""
-    needed = {"decode", "prefill"}
-    if verifies(scenario):
-        needed.add("verify")
+def check_one_engine(scenario: Scenario) -> None:
+    """A profile measured one engine on one device: pipeline stages are refused first."""
     if scenario.decoder.kind in PIPELINE_DECODER_KINDS:
         raise WorkbenchError(
             "a calibrated cost model prices one engine on one device, not pipeline stages",
             field="cost_model.kind",
         )
+
+
+def check_kinds(fit: StepCostFit, scenario: Scenario, source: str) -> None:
+    """The profile must have measured every step kind the scenario's engine runs."""
+    needed = {"decode", "prefill"}
+    if verifies(scenario):
+        needed.add("verify")
     missing = sorted(needed - set(fit.kinds))
     if missing:
         raise WorkbenchError(
