@@ -2,9 +2,9 @@
 
 Per step and sequence: the draft proposes a chain of k tokens (or a token tree); the target
 runs the last emitted token plus the proposal in one forward (a chain on the causal path, a
-tree with its tree mask); the rule
-below accepts a prefix (a root-to-node path) and adds the target's own next token; the
-target cache keeps exactly the accepted tokens, the draft cache the still-valid ones.
+tree with its tree mask); the rule below accepts a prefix (a root-to-node path) and adds the
+target's own next token; the target cache keeps exactly the accepted tokens, the draft cache
+the still-valid ones.
 
 With emission rules (APAR's branches): banned tokens are masked out of the draft's and the
 target's logits alike, so what is accepted is what greedy decoding under the rules emits; a
