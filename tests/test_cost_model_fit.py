@@ -20,8 +20,18 @@ from simulator.cost_models.factory import build_cost_model
 from simulator.cost_models.fidelity import DEFAULT_DATA, vidur_layers, vidur_token_ops
 from simulator.cost_models.fit_cli import FitRequest, add_fit_parser, fit_from_files
 from simulator.cost_models.fitted import FittedCostModel
-from simulator.cost_models.kernel_fitting import HoldOut, layer_token_ops_s, predict_op_s
-from simulator.cost_models.kernel_profiles import read_token_op_points
+from simulator.cost_models.kernel_fitting import (
+    HoldOut,
+    layer_token_ops_s,
+    predict_attention_s,
+    predict_op_s,
+)
+from simulator.cost_models.kernel_profiles import (
+    PROFILE_ELEM_BYTES,
+    read_attention_points,
+    read_token_op_points,
+)
+from simulator.cost_models.kernel_times import KernelTimes
 from simulator.cost_models.measured_here import MEASURED_FIT
 from simulator.cost_models.vidur import VidurProfileCostModel
 from workbench.cli import main
@@ -66,41 +76,63 @@ def test_the_fit_beats_the_roofline_below_the_ridge(a100_vidur: list) -> None:
     assert abs(after.mean()) < 0.05
 
 
-def refit_from_source(fit: KernelFit) -> KernelFit:
-    """The fit its recorded command makes (paths relative to the repository)."""
+def request_of(fit: KernelFit) -> FitRequest:
+    """The fit request its recorded command makes (paths relative to the repository)."""
     parser = argparse.ArgumentParser()
     add_fit_parser(parser.add_subparsers())
     words = shlex.split(fit.source)
     assert words[:2] == ["workbench", "fit-cost-model"]
     args = parser.parse_args([*words[1:], "--out", "unused.json"])
     mlps = tuple(p for pattern in args.mlp_csv for p in sorted(ROOT.glob(str(pattern))))
-    request = FitRequest(
+    return FitRequest(
         fit.gpu, mlps, tuple(ROOT / p for p in args.attention_csv), args.attention_from,
         HoldOut(frozenset(args.hold_out_model), frozenset(args.hold_out_tp)),
         elementwise_from=args.elementwise_from,
     )  # fmt: skip
-    return fit_from_files(request)[0]
 
 
 @pytest.mark.parametrize("gpu", ["a100-80gb", "h100-sxm", "a40"])
 def test_catalog_fits_are_reproduced_by_their_recorded_commands(gpu: str) -> None:
     fit = get_gpu(gpu).kernel_fit
     assert fit is not None and fit.gpu == gpu
-    assert_same_fit(refit_from_source(fit), fit)
+    assert_same_fit(fit, request_of(fit))
 
 
 def test_the_shipped_measured_h100_fit_is_reproduced_by_its_recorded_command() -> None:
     fit = KernelFit.from_json(MEASURED_FIT)
     assert "--elementwise-from h100-sxm" in fit.source
-    assert_same_fit(refit_from_source(fit), fit)
+    assert_same_fit(fit, request_of(fit))
 
 
-def assert_same_fit(refit: KernelFit, fit: KernelFit) -> None:
+def assert_same_fit(fit: KernelFit, request: FitRequest) -> None:
+    """The refit prices every profiled point within 0.05 % of the fit, and each of its
+    parameters is within 0.2 % of the fit's but one the points barely pin: put into the fit
+    alone, it moves no point's time by 0.2 %. (The shipped H100 fit's prefill launch time,
+    0.16 µs beside 9 µs per CTA, came out 7.5 % lower on an Intel CPU than on the AMD one
+    that made it: alone it moves a point by 0.1 %, and the refit's times are within 0.02 %.)"""
+    refit = fit_from_files(request)[0]
+    assert refit.decode_attention_kernel == fit.decode_attention_kernel
+    shipped = predicted_times(fit, request)
+    assert np.abs(predicted_times(refit, request) / shipped - 1.0).max() < 5e-4
     for name in KernelFit.__dataclass_fields__:
-        if name == "decode_attention_kernel":
-            assert refit.decode_attention_kernel == fit.decode_attention_kernel
-        elif name not in TEXT_FIELDS:
-            assert getattr(refit, name) == pytest.approx(getattr(fit, name), rel=2e-3), name
+        if name in TEXT_FIELDS or name == "decode_attention_kernel":
+            continue
+        value, expected = getattr(refit, name), getattr(fit, name)
+        if value == pytest.approx(expected, rel=2e-3):
+            continue
+        moved = predicted_times(dataclasses.replace(fit, **{name: value}), request)
+        assert np.abs(moved / shipped - 1.0).max() < 2e-3, (name, value, expected)
+
+
+def predicted_times(fit: KernelFit, request: FitRequest) -> np.ndarray:
+    """The fit's time of every point its request profiled: token ops, then attention."""
+    times = KernelTimes(get_gpu(fit.gpu), fit, "fp16", PROFILE_ELEM_BYTES)
+    ops = [p for path in request.mlp_csvs for p in read_token_op_points(path, request.statistic)]
+    parts = [predict_op_s(times, p) for p in ops]
+    for path in request.attention_csvs:
+        for points in read_attention_points(path, layout=request.attention_layout):
+            parts.extend(predict_attention_s(times, points))
+    return np.concatenate(parts)
 
 
 @pytest.mark.parametrize(
