@@ -1,7 +1,8 @@
 """Greedy verification of drafted tokens, chain or tree: the PyTorch reference.
 
 The Triton kernel in ``kernels.triton_verification`` implements the same contract with the same
-signature. This module imports nothing from the project.
+signature. This module imports nothing from the project but the greedy choice
+(``kernels.greedy``).
 
 Contract of ``greedy_verify(logits, draft_tokens, draft_lens, parents)``:
 
@@ -28,6 +29,8 @@ argmax at the position before them; the bonus token is the argmax after the last
 from __future__ import annotations
 
 import torch
+
+from kernels.greedy import greedy_tokens
 
 __all__ = ["chain_parents", "greedy_verify"]
 
@@ -74,7 +77,7 @@ def greedy_verify(
     B, T, _ = logits.shape
     if draft_tokens.shape != (B, T - 1):  # the Triton kernel's contract, checked alike here
         raise ValueError(f"draft_tokens must be ({B}, {T - 1}), got {tuple(draft_tokens.shape)}")
-    argmax = logits.argmax(-1)  # (B, T), first maximum on ties
+    argmax = greedy_tokens(logits)  # (B, T), first maximum on ties
     if parents is None:
         return _verify_chains(argmax, draft_tokens, draft_lens)
     return _verify_trees(argmax, draft_tokens, draft_lens, parents)

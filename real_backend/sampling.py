@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
+from kernels.greedy import greedy_tokens
 from real_backend.host_to_device import device_tensor
 from workbench.scenario.decoders import SamplingConfig
 
@@ -20,7 +21,7 @@ def request_generator(seed: int, request_id: int) -> torch.Generator:
 def next_token(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator) -> int:
     """One token from `logits` (vocab,)."""
     if cfg.temperature == 0:
-        return int(torch.argmax(logits))
+        return int(greedy_tokens(logits))
     return int(torch.multinomial(token_probs(logits, cfg), 1, generator=generator))
 
 
@@ -40,7 +41,7 @@ def next_tokens(
         index = device_tensor([rows, cols], logits.device)  # (2, n): one copy for both
         logits[index[0], index[1]] = float("-inf")
     if cfg.temperature == 0:
-        return logits.argmax(-1).tolist()
+        return greedy_tokens(logits).tolist()
     return [next_token(row, cfg, g) for row, g in zip(logits, generators, strict=True)]
 
 

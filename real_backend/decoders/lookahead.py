@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kernels.greedy import greedy_tokens
 from real_backend.decoders.acceptance import accept_greedy_chain
 from real_backend.decoders.base import DecodeOutcome, Decoder, DecodeRequest
 from real_backend.kv_cache import PagedKVCache
@@ -111,7 +112,7 @@ class LookaheadDecoder(Decoder):
         logits = self.model.step(self.cache, [p.step for p in plans])  # each (n_b, V)
         outcome = DecodeOutcome(emitted=[])
         for r, plan, ctx, rows in zip(batch, plans, contexts, logits, strict=True):
-            choice: list[int] = rows.argmax(-1).tolist()  # target's greedy token after each fed one
+            choice: list[int] = greedy_tokens(rows).tolist()  # the greedy token after each fed one
             accepted, kept = self._verify(plan, choice)
             bonus = choice[kept[-1] if kept else 0]  # the target's own next token: ≥ 1 emitted
             self.cache.keep(r.request_id, ctx, [0, *kept])  # current token + accepted n-gram prefix

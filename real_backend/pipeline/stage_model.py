@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from kernels.dispatch import KernelChoice, KernelSet, select_kernels
+from kernels.greedy import greedy_tokens
 from real_backend.kv_cache import PagedKVCache
 from real_backend.model.config import ModelArgs
 from real_backend.model.inference_linear import InferenceLinear, prepack_pays
@@ -120,7 +121,7 @@ class StageModel(nn.Module):
         if last_only:
             x = x[-1:]  # (1, dim)
         logits = self.head(self.norm(x))  # (n | 1, vocab)
-        return logits.argmax(-1)  # (n | 1,)
+        return greedy_tokens(logits)  # (n | 1,)
 
 
 def load_stage(
