@@ -12,10 +12,13 @@ and the draft on the roofline (`cost_model.draft_roofline`, as `--backend both` 
 before draft profiles). Printed: the pair's error table (sim / real − 1) for each twin, the
 draft's forwards included. The latest run of each label is compared, so a database can be
 reused. `--device cuda` runs the pair in bf16 on the card (`scripts/gpu_checks.sh
-spec_twins`).
+spec_twins`). `--decoder lookahead` does the same for lookahead decoding (W5 N4 G5 on the
+target, no draft: `scenarios/lookahead_real.yaml`), whose twins replay the acceptance run's
+histograms by output position and its candidate tokens per step.
 
     workbench zoo build small
     python benchmarks/speculative_twins.py --zoo small --db /tmp/st.duckdb
+    python benchmarks/speculative_twins.py --zoo small --db /tmp/la.duckdb --decoder lookahead
 """
 
 from __future__ import annotations
@@ -31,7 +34,11 @@ from workbench.runner import run_scenario
 from workbench.scenario.scenario import Scenario
 from workbench.store.db import ResultsStore
 
-SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "speculative_real.yaml"
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+SCENARIO = {
+    "speculative": SCENARIOS / "speculative_real.yaml",
+    "lookahead": SCENARIOS / "lookahead_real.yaml",
+}
 CALIBRATION = [
     "workload.num_requests=200",
     "workload.output_tokens={kind: uniform, low: 32, high: 160}",
@@ -43,7 +50,7 @@ HELD_OUT = [
 ]
 SHOWN = (
     *("TTFT median", "TPOT median", "TPOT p90", "TPOT p99", "ITL median", "E2E median", "E2E p90"),
-    *("Requests/s", "Step wall median, decode only", "Step wall mean, decode only"),
+    *("Requests/s", "Steps", "Step wall median, decode only", "Step wall mean, decode only"),
     "Draft forwards",
 )
 
@@ -53,15 +60,20 @@ def cli(args: list[str]) -> None:
         raise SystemExit(f"workbench {' '.join(args)} failed")
 
 
-def profiles(db: Path, zoo: str, zoo_dir: Path, device: str, dtype: str) -> tuple[str, str]:
-    """The pair's target and draft profile names, calibrated unless the database has them."""
+def profiles(
+    db: Path, zoo: str, zoo_dir: Path, device: str, dtype: str, draft_too: bool = True
+) -> str:
+    """The target's profile name; the target (and the draft) calibrated unless the database
+    has them."""
     engine = ["--device", device, "--dtype", dtype]
     target, draft = f"{zoo}-{device}-{dtype}", f"{zoo}-draft-{device}-{dtype}"
     cli(["calibrate", "--model", zoo, "--db", str(db), "--no-progress", *engine])
+    if not draft_too:
+        return target
     folder = zoo_dir / zoo / "draft"
     calibrate_draft = ["calibrate", "--model", str(folder), "--name", draft, "--db", str(db)]
     cli([*calibrate_draft, "--no-progress", *engine])
-    return target, draft
+    return target
 
 
 def on_device(device: str, dtype: str) -> list[str]:
@@ -120,6 +132,7 @@ def main() -> None:
     parser.add_argument("--zoo-dir", type=Path, default=Path("~/.cache/decoding-workbench/zoo"))
     parser.add_argument("--db", type=Path, required=True)
     parser.add_argument("--rates", type=float, nargs="+", default=[3.0, 6.0])
+    parser.add_argument("--decoder", choices=sorted(SCENARIO), default="speculative")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument(
         "--dtype",
@@ -130,15 +143,18 @@ def main() -> None:
     args = parser.parse_args()
     dtype = args.dtype or ("fp32" if args.device == "cpu" else "bf16")
     zoo_dir = args.zoo_dir.expanduser()
-    target, _ = profiles(args.db, args.zoo, zoo_dir, args.device, dtype)
-    pair = [f"model.zoo={args.zoo}", f"model.name=zoo-{args.zoo}", f"decoder.draft.zoo={args.zoo}"]
+    drafts = args.decoder == "speculative"
+    target = profiles(args.db, args.zoo, zoo_dir, args.device, dtype, draft_too=drafts)
+    pair = [f"model.zoo={args.zoo}", f"model.name=zoo-{args.zoo}"]
+    pair += [f"decoder.draft.zoo={args.zoo}"] if drafts else []
     pair += on_device(args.device, dtype)
-    base = ["run", str(SCENARIO), "--db", str(args.db), "--no-progress"]
+    base = ["run", str(SCENARIO[args.decoder]), "--db", str(args.db), "--no-progress"]
     sets = [f"--set={s}" for s in pair + CALIBRATION]
-    cli([*base, "--label", f"{args.zoo}-acceptance", *sets])
-    accepted = labelled(args.db, f"{args.zoo}-acceptance", "real")
+    prefix = args.zoo if drafts else f"{args.zoo}-lookahead"
+    cli([*base, "--label", f"{prefix}-acceptance", *sets])
+    accepted = labelled(args.db, f"{prefix}-acceptance", "real")
     for rate in args.rates:
-        label = f"{args.zoo}-held-out-{rate:g}"
+        label = f"{prefix}-held-out-{rate:g}"
         held = [*pair, *HELD_OUT, f"workload.arrival={{kind: poisson, rate_per_s: {rate}}}"]
         held.append(f"decoder.calibrate_from={accepted}")
         sets = [f"--set={s}" for s in held]
@@ -147,6 +163,9 @@ def main() -> None:
         real = labelled(args.db, label, "real")
         twin, matched = twins_of(args.db, real)
         print(f"\n{args.zoo}, held-out workload at {rate:g} req/s: real {real}, twins")
+        if not drafts:
+            show(args.db, real, {"twin": twin, "at the run's speed": matched})
+            continue
         twins = {"draft profile": twin, "at the run's speed": matched}
         show(args.db, real, twins | {"draft roofline": roofline_twin(args.db, twin)})
 

@@ -96,3 +96,20 @@ def test_lookahead_without_a_histogram_names_the_field() -> None:
     cfg = LookaheadDecoderConfig(kind="lookahead")
     with pytest.raises(WorkbenchError, match=r"decoder\.tokens_per_step"):
         lookahead_step_model(cfg)
+
+
+def test_a_calibrated_mean_of_extra_tokens_is_kept_on_average() -> None:
+    cfg = LookaheadDecoderConfig(
+        kind="lookahead", window=3, ngram=3, candidates=2,
+        tokens_per_step={"kind": "histogram", "counts": [1, 1, 1]},
+    )  # fmt: skip
+    model = lookahead_step_model(cfg, candidate_tokens=2.3)  # a full pool's: 2 · 2 = 4
+    caps = np.full(20_000, 5)
+    extra = model.extra_tokens(caps, np.random.default_rng(0))
+    assert set(extra.tolist()) == {7, 8}  # the window's 3 · 2 − 1, and 2.3 candidates
+    assert extra.mean() == pytest.approx(7.3, abs=0.02)
+    assert model.drafted_tokens(caps[:2]).tolist() == [2, 2]
+    with pytest.raises(ValueError, match="generator"):
+        model.extra_tokens(caps)
+    beyond = lookahead_step_model(cfg, candidate_tokens=9.0)  # more than a full pool: capped
+    assert beyond.extra_tokens(caps[:3]).tolist() == [9, 9, 9]

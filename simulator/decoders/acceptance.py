@@ -102,11 +102,46 @@ class AcceptanceMixture:
     @cached_property
     def _cdf(self) -> np.ndarray:
         """(S + 1, K + 1): each row's cumulative distribution, the first step's last."""
-        cdf = np.cumsum([t.probabilities for t in (*self.types, self.first)], axis=1)
-        cdf[:, -1] = 1.0  # rounding must not leave room beyond K
-        return cdf
+        return _row_cdfs((*self.types, self.first))
 
     def sample(self, rng: np.random.Generator, caps: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """One draw per sequence from its row's distribution, capped at `caps`: (b,) each."""
-        draws = (self._cdf[rows] <= rng.random(len(caps))[:, None]).sum(axis=1)  # (b,)
-        return np.minimum(draws, caps).astype(np.int64)
+        return _draw_rows(self._cdf, rows, rng, caps)
+
+
+@dataclass(frozen=True)
+class AcceptanceByPosition:
+    """Acceptance that changes along a sequence's output (a lookahead pool fills from the
+    output as it grows): `rows[i]` for sequences that have emitted `starts[i]` to
+    `starts[i + 1]` − 1 tokens, the last row beyond."""
+
+    starts: np.ndarray  # (R,) int64, increasing, starts[0] = 0
+    rows: tuple[AcceptanceDistribution, ...]  # R distributions over 0..K
+
+    def row(self, emitted: np.ndarray) -> np.ndarray:
+        """(b,) each sequence's row from the tokens it has emitted."""
+        return np.searchsorted(self.starts, emitted, side="right") - 1
+
+    @cached_property
+    def _cdf(self) -> np.ndarray:
+        """(R, K + 1): each row's cumulative distribution."""
+        return _row_cdfs(self.rows)
+
+    def sample(self, rng: np.random.Generator, caps: np.ndarray, emitted: np.ndarray) -> np.ndarray:
+        """One draw per sequence from its position's row, capped at `caps`: (b,) each."""
+        return _draw_rows(self._cdf, self.row(emitted), rng, caps)
+
+
+def _row_cdfs(rows: tuple[AcceptanceDistribution, ...]) -> np.ndarray:
+    """(R, K + 1): the rows' cumulative distributions."""
+    cdf = np.cumsum([r.probabilities for r in rows], axis=1)
+    cdf[:, -1] = 1.0  # rounding must not leave room beyond K
+    return cdf
+
+
+def _draw_rows(
+    cdf: np.ndarray, rows: np.ndarray, rng: np.random.Generator, caps: np.ndarray
+) -> np.ndarray:
+    """(b,) int64: one draw per sequence from its row of `cdf`, capped at `caps`."""
+    draws = (cdf[rows] <= rng.random(len(caps))[:, None]).sum(axis=1)  # (b,)
+    return np.minimum(draws, caps).astype(np.int64)

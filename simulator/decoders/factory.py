@@ -113,8 +113,10 @@ def _step_model(
         mixture = calibration.mixture(k)
         return speculative_step_model(decoder, calibration.distribution(k), mixture)
     k = lookahead.max_accepted_tokens(decoder)
-    calibrated = None if calibration is None else calibration.distribution(k)
-    return lookahead_step_model(decoder, calibrated)
+    if calibration is None:
+        return lookahead_step_model(decoder)
+    distribution, by_position = calibration.distribution(k), calibration.by_position(k)
+    return lookahead_step_model(decoder, distribution, calibration.candidate_tokens, by_position)
 
 
 def _draft_cost(scenario: Scenario, store: ResultsStore | None) -> CostModel | None:

@@ -5,7 +5,10 @@ one a vanilla step computes (drafted tokens to verify, a lookahead window), `dra
 how many of them the records count as drafted (as the real decoders do: a draft's proposal,
 lookahead's candidate n-grams but not its window), `draw` how many it emits beyond the
 first. `caps` is each sequence's room: output tokens still to emit,
-less the step's first; no sequence ever emits past its output length.
+less the step's first; no sequence ever emits past its output length. A step model calibrated
+from a lookahead run computes the run's mean tokens per sequence instead of its full pool's
+(`extra_mean`): each sequence the mean's floor or, drawn with the mean's fractional part as
+its chance, its ceiling, so that the steps' tokens add up to the run's.
 """
 
 from __future__ import annotations
@@ -14,7 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.decoders.acceptance import AcceptanceDistribution, AcceptanceMixture
+from simulator.decoders.acceptance import (
+    AcceptanceByPosition,
+    AcceptanceDistribution,
+    AcceptanceMixture,
+)
 
 
 @dataclass(frozen=True)
@@ -29,11 +36,31 @@ class StepModel:
     host_s: float = 0.0  # the implementation's host work per step beyond the forward
     # Calibrated from a chain draft's run: request types, each sequence drawing from its own.
     acceptance_types: AcceptanceMixture | None = None
+    # Calibrated from a lookahead run: tokens computed beyond the first per sequence and step,
+    # its mean over the run (the pool held fewer n-grams than its capacity); replaces
+    # `extra_by_room`, which assumes a full pool.
+    extra_mean: float | None = None
+    # Calibrated from a lookahead run: its acceptance by the tokens a sequence has emitted.
+    acceptance_by_position: AcceptanceByPosition | None = None
 
-    def extra_tokens(self, caps: np.ndarray) -> np.ndarray:
-        """(b,) target tokens computed beyond one per sequence."""
+    def extra_tokens(self, caps: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+        """(b,) target tokens computed beyond one per sequence. rng: draws the calibrated
+        mean's ceiling for a share of the sequences (needed with `extra_mean` only)."""
+        if self.extra_mean is not None:
+            return self._around_mean(len(caps), rng)
         room = np.minimum(caps, len(self.extra_by_room) - 1)
         return self.extra_by_room[room]
+
+    def _around_mean(self, b: int, rng: np.random.Generator | None) -> np.ndarray:
+        """(b,) the mean's floor, plus one with the mean's fractional part as the chance."""
+        assert self.extra_mean is not None
+        floor = int(np.floor(self.extra_mean))
+        share = self.extra_mean - floor
+        if share == 0.0:
+            return np.full(b, floor, dtype=np.int64)
+        if rng is None:
+            raise ValueError("a step model with a calibrated mean draws with a generator")
+        return floor + (rng.random(b) < share).astype(np.int64)
 
     def drafted_tokens(self, caps: np.ndarray) -> np.ndarray:
         """(b,) tokens the records count as drafted per sequence."""
@@ -51,11 +78,19 @@ class StepModel:
         return self.extra_tokens(caps)
 
     def draw(
-        self, rng: np.random.Generator, caps: np.ndarray, rows: np.ndarray | None = None
+        self,
+        rng: np.random.Generator,
+        caps: np.ndarray,
+        rows: np.ndarray | None = None,
+        emitted: np.ndarray | None = None,
     ) -> np.ndarray:
         """(b,) tokens each sequence emits beyond the first. rows: (b,) each sequence's row
-        of `acceptance_types` (its type, or the first step's)."""
+        of `acceptance_types` (its type, or the first step's); emitted: (b,) tokens each has
+        emitted (for `acceptance_by_position`)."""
         if self.acceptance_types is not None:
             assert rows is not None
             return self.acceptance_types.sample(rng, caps, rows)
+        if self.acceptance_by_position is not None:
+            assert emitted is not None
+            return self.acceptance_by_position.sample(rng, caps, emitted)
         return self.acceptance.sample(rng, caps)

@@ -94,8 +94,8 @@ class MultiTokenStepper:
             caps = np.minimum(caps, self.limit(seqs))
         if self.adaptive is not None:
             caps = np.minimum(caps, self._draft_lengths(seqs))
-        extra = self.model.extra_tokens(caps)  # (b,)
-        accepted = self.model.draw(self.rng, caps, self._request_types(seqs))
+        extra = self.model.extra_tokens(caps, self.rng)  # (b,)
+        accepted = self.model.draw(self.rng, caps, self._request_types(seqs), generated)
         if self.adaptive is not None:
             for seq, count in zip(seqs, accepted.tolist(), strict=True):
                 self.adaptive.remember(seq.request_id, count)

@@ -41,6 +41,21 @@ class DecodeEmissions:
         counts = self.with_room(room) if room > 0 else self.count
         return np.bincount(self.tokens, weights=counts).astype(np.int64)
 
+    def at_positions(self, room: int, low: int, high: int) -> np.ndarray:
+        """(e,) emissions of each span with room ≥ `room` made when the request had emitted
+        `low` to `high` − 1 tokens (a span's j-th emission comes after emitted_before + j ·
+        tokens of them)."""
+        last = np.minimum(self.output_tokens - 1 - room, high - 1)  # (e,) latest position kept
+        before, tokens = self.emitted_before, self.tokens
+        first_j = np.maximum(-np.floor_divide(before - low, tokens), 0)  # ceil((low − eb) / t)
+        last_j = np.minimum(np.floor_divide(last - before, tokens), self.count - 1)
+        return np.maximum(last_j - first_j + 1, 0)
+
+    def histogram_at_positions(self, room: int, low: int, high: int) -> np.ndarray:
+        """`histogram(room)` of the emissions `at_positions(room, low, high)`."""
+        counts = self.at_positions(room, low, high)
+        return np.bincount(self.tokens, weights=counts).astype(np.int64)
+
 
 def decode_emissions(records: RunRecords) -> DecodeEmissions:
     """The decode emissions of completed requests (spans in request, then step order)."""

@@ -215,10 +215,15 @@ class LookaheadDecoderConfig(StrictModel):
     host_overhead_ms: HostOverheadMs = 0.0
 
     @property
+    def window_tokens(self) -> int:
+        """Tokens of the window one step feeds per sequence: N-1 levels of W (the last
+        emitted token is column 0 of the lowest level)."""
+        return self.window * (self.ngram - 1)
+
+    @property
     def step_tokens(self) -> int:
-        """Tokens one step feeds per sequence at most: the window's N-1 levels of W (the last
-        emitted token is column 0 of the lowest level) and G n-grams of N-1 tokens."""
-        return self.window * (self.ngram - 1) + self.candidates * (self.ngram - 1)
+        """Tokens one step feeds per sequence at most: the window and G n-grams of N-1."""
+        return self.window_tokens + self.candidates * (self.ngram - 1)
 
     @property
     def max_draft_tokens(self) -> int:

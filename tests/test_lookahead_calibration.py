@@ -1,0 +1,129 @@
+"""A lookahead run calibrates its twin: acceptance by output position, and the tokens fed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from burst_records import sequential_run
+from fixtures_records import make_meta
+from scenario_helpers import SCENARIOS
+
+from simulator.decoders.calibration import MIN_POSITION_EMISSIONS, calibrate
+from simulator.run import simulate
+from workbench.metrics.decode_emissions import DecodeEmissions, decode_emissions
+from workbench.records import RunMeta, RunRecords
+from workbench.scenario.loader import load_scenario
+from workbench.store.db import ResultsStore
+
+LOOKAHEAD = {"kind": "lookahead", "window": 5, "ngram": 4, "candidates": 5}  # K = 3
+WINDOW = 15  # tokens of the window per sequence and step: N − 1 levels of W
+
+
+@pytest.fixture
+def store() -> ResultsStore:
+    with ResultsStore.open(":memory:") as db:
+        yield db
+
+
+def lookahead_meta(run_id: str) -> RunMeta:
+    config = {"name": "look", "decoder": LOOKAHEAD}
+    return make_meta(
+        run_id, config=config, backend="real", decoder="lookahead", scenario_name="look"
+    )
+
+
+def warming_up(output: int, cold: int) -> object:
+    """accept(room) for requests of `output` tokens: none accepted while fewer than `cold`
+    tokens are out, all 3 after (a pool that fills from the output)."""
+    return lambda room: 0 if output - 1 - room < cold else 3
+
+
+def mean_tokens(emissions: DecodeEmissions, low: int, high: int) -> float:
+    counts = emissions.at_positions(3, low, high)
+    return float((emissions.tokens * counts).sum() / counts.sum())
+
+
+def simulated(store: ResultsStore, run: str, output: int, requests: int) -> RunRecords:
+    scenario = load_scenario(
+        SCENARIOS / "lookahead_sim.yaml",
+        [
+            "workload.lengths_from_trace=null",
+            "workload.prompt_tokens={kind: fixed, value: 10}",
+            f"workload.output_tokens={{kind: fixed, value: {output}}}",
+            f"workload.num_requests={requests}",
+            f"decoder.calibrate_from={run}",
+        ],
+    )
+    return simulate(scenario, store=store)
+
+
+def test_the_twin_emits_by_output_position_as_the_run_did(store: ResultsStore) -> None:
+    """A run of 100-token outputs, cold for its first 16 tokens; a twin of 300-token outputs
+    emits as the run did at each position, so more per step over all than the run's pooled
+    histogram would say."""
+    run = sequential_run([100] * 200, warming_up(100, 16), k=3)
+    store.write_run(lookahead_meta("look1"), run)
+    measured = calibrate(store, "look1")
+    by_position = measured.by_position(3)
+    assert by_position is not None and measured.accepted_counts is not None
+    starts, rows = by_position.starts.tolist(), by_position.rows
+    means = {s: round(r.mean, 6) for s, r in zip(starts, rows, strict=True)}
+    assert means[0] == means[8] == 0.0 and means[16] == means[32] == 3.0
+    records = simulated(store, "look1", 300, 60)
+    emissions = decode_emissions(records)
+    assert mean_tokens(emissions, 0, 16) == pytest.approx(1.0)
+    assert mean_tokens(emissions, 16, 300) == pytest.approx(4.0)
+    pooled = 1.0 + float(np.dot(np.arange(4), measured.accepted_counts) / run_decodes(run))
+    assert mean_tokens(emissions, 0, 300) > pooled + 0.5
+
+
+def run_decodes(run: RunRecords) -> int:
+    return int(decode_emissions(run).with_room(3).sum())
+
+
+def test_thin_position_ranges_join_the_range_before_them(store: ResultsStore) -> None:
+    store.write_run(lookahead_meta("look2"), sequential_run([36] * 60, warming_up(36, 8), k=3))
+    measured = calibrate(store, "look2")
+    counts, starts = measured.position_counts, measured.position_starts
+    assert counts is not None and starts is not None
+    assert starts[0] == 0 and (np.diff(starts) > 0).all()
+    assert (counts.sum(axis=1)[1:] >= MIN_POSITION_EMISSIONS).all()
+    assert counts.sum(axis=0).tolist() == measured.accepted_counts.tolist()  # every emission once
+    assert starts.tolist() == [0, 4, 8, 16]  # past 32 tokens: one emission a request at most
+
+
+def test_the_twin_feeds_the_run_s_candidate_tokens_not_a_full_pool_s(store: ResultsStore) -> None:
+    run = sequential_run([80] * 100, warming_up(80, 8), k=3)
+    decoding = run.steps.decode_tokens
+    candidates = np.where(decoding > 0, 7 + run.steps.step % 2, 0)  # 7 and 8 in turn
+    run.steps.verified_tokens = decoding * WINDOW + candidates
+    store.write_run(lookahead_meta("look3"), run)
+    measured = calibrate(store, "look3")
+    mean = candidates.sum() / decoding.sum()
+    assert 7.4 < mean < 7.6 and measured.candidate_tokens == pytest.approx(mean)
+    steps = simulated(store, "look3", 80, 40).steps
+    fed = steps.verified_tokens.sum() / steps.decode_tokens.sum()
+    assert fed == pytest.approx(WINDOW + mean, abs=0.1)  # a full pool's: 15 + 5 · 3 = 30
+    assert set(steps.drafted_tokens[steps.decode_tokens == 1].tolist()) == {8}  # 7.5, rounded
+    assert float(measured.info()["calibrated_candidate_tokens"]) == pytest.approx(mean, abs=1e-4)
+
+
+def test_emissions_by_position_count_each_burst_once() -> None:
+    """Spans of several steps: the j-th emission comes after emitted_before + j · tokens."""
+    rng = np.random.default_rng(0)
+    n = 300
+    tokens = rng.integers(1, 5, n)
+    count = rng.integers(1, 6, n)
+    before = rng.integers(0, 60, n)
+    emissions = DecodeEmissions(
+        request_row=np.arange(n), tokens=tokens, count=count, emitted_before=before,
+        output_tokens=before + tokens * count + rng.integers(0, 4, n),
+        after_prefill=np.zeros(n, dtype=bool),
+    )  # fmt: skip
+    for room, low, high in [(0, 0, 10**6), (3, 0, 10**6), (3, 16, 32), (0, 5, 41), (2, 50, 51)]:
+        expected = [
+            sum(low <= b + j * t < high and b + j * t <= out - 1 - room for j in range(c))
+            for t, c, b, out in zip(tokens, count, before, emissions.output_tokens, strict=True)
+        ]
+        assert emissions.at_positions(room, low, high).tolist() == expected
+    assert (emissions.at_positions(3, 0, 10**6) == emissions.with_room(3)).all()
