@@ -32,7 +32,7 @@ def next_tokens(
     banned: Sequence[Sequence[int]] = (),  # per row: tokens it may not emit
 ) -> list[int]:
     """One token per row, as `next_token` would choose it row by row (ties to the lowest id
-    alike). Greedy takes one batched argmax and one device sync for the whole batch, where
+    alike). Greedy takes one batched choice and one device sync for the whole batch, where
     choosing row by row costs a kernel launch and a sync per sequence on a GPU."""
     if any(banned):
         rows = [b for b, tokens in enumerate(banned) for _ in tokens]

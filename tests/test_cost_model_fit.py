@@ -107,9 +107,11 @@ def test_the_shipped_measured_h100_fit_is_reproduced_by_its_recorded_command() -
 def assert_same_fit(fit: KernelFit, request: FitRequest) -> None:
     """The refit prices every profiled point within 0.05 % of the fit, and each of its
     parameters is within 0.2 % of the fit's but one the points barely pin: put into the fit
-    alone, it moves no point's time by 0.2 %. (The shipped H100 fit's prefill launch time,
-    0.16 µs beside 9 µs per CTA, came out 7.5 % lower on an Intel CPU than on the AMD one
-    that made it: alone it moves a point by 0.1 %, and the refit's times are within 0.02 %.)"""
+    alone, it moves no point's time by 0.2 %, and it stays within half of the fit's value (the
+    shapes a fit is extrapolated to may lean on it more). The shipped H100 fit's prefill
+    launch time, 0.16 µs beside 9 µs per CTA, came out 7.5 % lower on an Intel CPU than on
+    the AMD one that made it: alone it moves a point by 0.1 %, the refit's times are within
+    0.02 %."""
     refit = fit_from_files(request)[0]
     assert refit.decode_attention_kernel == fit.decode_attention_kernel
     shipped = predicted_times(fit, request)
@@ -120,6 +122,7 @@ def assert_same_fit(fit: KernelFit, request: FitRequest) -> None:
         value, expected = getattr(refit, name), getattr(fit, name)
         if value == pytest.approx(expected, rel=2e-3):
             continue
+        assert value == pytest.approx(expected, rel=0.5), name
         moved = predicted_times(dataclasses.replace(fit, **{name: value}), request)
         assert np.abs(moved / shipped - 1.0).max() < 2e-3, (name, value, expected)
 

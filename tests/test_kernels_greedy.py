@@ -20,7 +20,9 @@ def first_largest(row: list[float]) -> int:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_the_choice_is_each_row_s_first_largest_logit_ties_and_nans_included(dtype):
+def test_the_choice_is_each_row_s_first_largest_logit_ties_and_nans_included(
+    dtype: torch.dtype,
+) -> None:
     g = torch.Generator().manual_seed(0)
     for trial in range(300):
         rows, vocab = torch.randint(1, 40, (2,), generator=g).tolist()
@@ -34,7 +36,15 @@ def test_the_choice_is_each_row_s_first_largest_logit_ties_and_nans_included(dty
         assert torch.equal(chosen, logits.argmax(-1))
 
 
-def test_the_choice_keeps_the_leading_dimensions():
+def test_a_vocabulary_sized_row_ties_to_its_lowest_id() -> None:
+    logits = torch.randn(6, 32_000, generator=torch.Generator().manual_seed(1))
+    top = logits.max() + 1.0
+    logits[:, [31_999, 17, 20_000]] = top  # three maxima per row, the lowest id in between
+    assert greedy_tokens(logits).tolist() == [17] * 6
+    assert greedy_tokens(logits[:, ::2]).tolist() == [10_000] * 6  # a strided view: column 20,000
+
+
+def test_the_choice_keeps_the_leading_dimensions() -> None:
     logits = torch.zeros(2, 3, 5)
     logits[1, 2, 4] = 1.0
     logits[0, 1, 3] = logits[0, 1, 1] = 2.0  # a tie: the lower id

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import numpy as np
 import pytest
 from burst_records import sequential_run
@@ -20,7 +22,7 @@ WINDOW = 15  # tokens of the window per sequence and step: N − 1 levels of W
 
 
 @pytest.fixture
-def store() -> ResultsStore:
+def store() -> Iterator[ResultsStore]:
     with ResultsStore.open(":memory:") as db:
         yield db
 
@@ -32,7 +34,7 @@ def lookahead_meta(run_id: str) -> RunMeta:
     )
 
 
-def warming_up(output: int, cold: int) -> object:
+def warming_up(output: int, cold: int) -> Callable[[int], int]:
     """accept(room) for requests of `output` tokens: none accepted while fewer than `cold`
     tokens are out, all 3 after (a pool that fills from the output)."""
     return lambda room: 0 if output - 1 - room < cold else 3
@@ -87,7 +89,7 @@ def test_thin_position_ranges_join_the_range_before_them(store: ResultsStore) ->
     counts, starts = measured.position_counts, measured.position_starts
     assert counts is not None and starts is not None
     assert starts[0] == 0 and (np.diff(starts) > 0).all()
-    assert (counts.sum(axis=1)[1:] >= MIN_POSITION_EMISSIONS).all()
+    assert (counts.sum(axis=1) >= MIN_POSITION_EMISSIONS).all()
     assert counts.sum(axis=0).tolist() == measured.accepted_counts.tolist()  # every emission once
     assert starts.tolist() == [0, 4, 8, 16]  # past 32 tokens: one emission a request at most
 
@@ -96,7 +98,8 @@ def test_the_twin_feeds_the_run_s_candidate_tokens_not_a_full_pool_s(store: Resu
     run = sequential_run([80] * 100, warming_up(80, 8), k=3)
     decoding = run.steps.decode_tokens
     candidates = np.where(decoding > 0, 7 + run.steps.step % 2, 0)  # 7 and 8 in turn
-    run.steps.verified_tokens = decoding * WINDOW + candidates
+    run.steps.verified_tokens = decoding * WINDOW + candidates  # as the real decoder records
+    run.steps.drafted_tokens = candidates
     store.write_run(lookahead_meta("look3"), run)
     measured = calibrate(store, "look3")
     mean = candidates.sum() / decoding.sum()
@@ -104,8 +107,34 @@ def test_the_twin_feeds_the_run_s_candidate_tokens_not_a_full_pool_s(store: Resu
     steps = simulated(store, "look3", 80, 40).steps
     fed = steps.verified_tokens.sum() / steps.decode_tokens.sum()
     assert fed == pytest.approx(WINDOW + mean, abs=0.1)  # a full pool's: 15 + 5 · 3 = 30
-    assert set(steps.drafted_tokens[steps.decode_tokens == 1].tolist()) == {8}  # 7.5, rounded
+    one = steps.decode_tokens == 1
+    assert set(steps.drafted_tokens[one].tolist()) == {7, 8}  # each sequence's candidates
+    assert steps.drafted_tokens[one].mean() == pytest.approx(mean, abs=0.1)
     assert float(measured.info()["calibrated_candidate_tokens"]) == pytest.approx(mean, abs=1e-4)
+
+
+def test_a_run_that_did_not_record_its_window_leaves_the_pool_full(store: ResultsStore) -> None:
+    """Stored before schema 3, a run's verified tokens were 1 + drafted per sequence: its
+    candidate tokens cannot be told from its window, and the twin says so."""
+    run = sequential_run([80] * 40, warming_up(80, 8), k=3)
+    assert (run.steps.verified_tokens == run.steps.decode_tokens + run.steps.drafted_tokens).all()
+    store.write_run(lookahead_meta("old1"), run)
+    measured = calibrate(store, "old1")
+    assert measured.candidate_tokens is None
+    assert "window of 15 tokens" in measured.info()["calibrated_candidates_unmeasured"]
+    steps = simulated(store, "old1", 80, 10).steps
+    assert steps.verified_tokens.sum() / steps.decode_tokens.sum() == 30  # a full pool
+
+
+def test_a_thin_first_range_joins_the_next(store: ResultsStore) -> None:
+    store.write_run(lookahead_meta("look4"), sequential_run([200] * 25, warming_up(200, 8), k=3))
+    measured = calibrate(store, "look4")
+    starts, counts = measured.position_starts, measured.position_counts
+    assert starts is not None and counts is not None
+    # 25 requests emit 3 times each before 4 tokens, 4 times from 4 to 8 and twice from 8 to
+    # 16 (4 tokens a step): 8-16 joins 4-8, then the first range (75) joins them.
+    assert starts.tolist()[:2] == [0, 16]
+    assert (counts.sum(axis=1) >= MIN_POSITION_EMISSIONS).all()
 
 
 def test_emissions_by_position_count_each_burst_once() -> None:

@@ -12,9 +12,9 @@ fewer tokens after poor acceptance, so its histogram is not a full draft's (it k
 only). A lookahead run gives its histogram by output position too (`POSITION_STARTS`): its
 pool fills from the output as it grows, so its steps emit more late in an output than early
 (`small` on Spec-Bench questions, W5 N4 G5: 1.7 tokens per step over a request's first 16
-tokens, 3.2-3.9 after), and a workload of longer outputs emits more per step; and its mean
-candidate tokens per sequence and step (the tokens each fed beyond its window), which the twin
-feeds instead of a full pool's.
+tokens, 3.1-3.9 from 16 on), and a workload of longer outputs emits more per step; and its
+mean candidate tokens per sequence and step (the tokens each fed beyond its window), which the
+twin feeds instead of a full pool's.
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ class Calibration:
     # A lookahead run: candidate tokens fed per decoding sequence and step, its mean; and its
     # histograms by output position: (R,) starts and (R, K + 1) counts.
     candidate_tokens: float | None = None
+    candidates_unmeasured: str | None = None  # why not (the twin then feeds a full pool)
     position_starts: np.ndarray | None = None
     position_counts: np.ndarray | None = None
 
@@ -125,6 +126,8 @@ class Calibration:
             measured["calibrated_types_unmeasured"] = self.types_unmeasured
         if self.candidate_tokens is not None:
             measured["calibrated_candidate_tokens"] = round(self.candidate_tokens, 4)
+        if self.candidates_unmeasured is not None:
+            measured["calibrated_candidates_unmeasured"] = self.candidates_unmeasured
         if self.position_starts is not None and self.position_counts is not None:
             measured["calibrated_position_starts"] = self.position_starts.tolist()
             measured["calibrated_position_counts"] = self.position_counts.tolist()
@@ -154,11 +157,12 @@ def calibrate(store: ResultsStore | None, run_ref: str) -> Calibration:
     if isinstance(decoder, LookaheadDecoderConfig):
         histogram = _histogram(run, decoder, emissions)
         starts, counts = _by_position(emissions, _headroom(decoder), len(histogram))
-        candidates = _candidate_tokens(records.steps, decoder)
+        candidates, unmeasured = _candidate_tokens(records.steps, decoder)
         return Calibration(
             run_id,
             accepted_counts=histogram,
             candidate_tokens=candidates,
+            candidates_unmeasured=unmeasured,
             position_starts=starts,
             position_counts=counts,
         )
@@ -200,27 +204,34 @@ def _by_position(
         for low, high in itertools.pairwise(bounds)
     ]
     starts, counts = list(POSITION_STARTS), rows
-    i = len(counts) - 1
-    while i > 0:  # from the end: a range too thin joins the one before it
+    for i in range(len(counts) - 1, 0, -1):  # from the end: a thin range joins the one before
         if counts[i].sum() < MIN_POSITION_EMISSIONS:
             counts[i - 1] = counts[i - 1] + counts.pop(i)
             starts.pop(i)
-        i -= 1
+    if len(counts) > 1 and counts[0].sum() < MIN_POSITION_EMISSIONS:  # and a thin first, the next
+        counts[0] = counts[0] + counts.pop(1)
+        starts.pop(1)
     return np.array(starts, dtype=np.int64), np.array(counts, dtype=np.int64)
 
 
 def _padded(counts: np.ndarray, size: int) -> np.ndarray:
+    """`counts` cut or padded with zeros to `size` entries."""
     return np.pad(counts, (0, max(size - len(counts), 0)))[:size]
 
 
-def _candidate_tokens(steps: StepRecords, decoder: LookaheadDecoderConfig) -> float:
-    """Candidate tokens fed per decoding sequence and step, the run's mean: what the target
-    computed for its decodes beyond each sequence's window."""
-    sequences = int(steps.decode_tokens.sum())
-    if sequences == 0:
-        raise WorkbenchError("the run has no decode step to calibrate from", field=FIELD)
-    fed = float(steps.verified_tokens.sum()) / sequences  # window and candidates, per sequence
-    return max(fed - decoder.window_tokens, 0.0)
+def _candidate_tokens(
+    steps: StepRecords, decoder: LookaheadDecoderConfig
+) -> tuple[float | None, str | None]:
+    """Candidate tokens fed per decoding sequence and step, the run's mean (the real decoder
+    records them as drafted; each sequence it decodes adds its window to the verified
+    tokens, padding slots of a static batch nothing); or None and why, for a run whose steps
+    do not record its window (stored before schema 3)."""
+    window = decoder.window_tokens
+    windows = steps.verified_tokens - steps.drafted_tokens  # (s,) W(N−1) per live sequence
+    if (windows % window).any():
+        return None, f"its steps do not record a window of {window} tokens per sequence"
+    live = float(windows.sum()) / window  # sequence-steps
+    return float(steps.drafted_tokens.sum()) / max(live, 1.0), None
 
 
 def _decoder(run: dict) -> DecoderConfig:

@@ -50,16 +50,16 @@ def lookahead_step_model(
         )
     extra = np.full(k + 1, cfg.max_draft_tokens, dtype=np.int64)
     drafted = cfg.candidates * (cfg.ngram - 1)
-    extra_mean = None
-    if candidate_tokens is not None:
-        candidates = min(candidate_tokens, float(drafted))
-        extra_mean = cfg.window_tokens + candidates - 1.0  # the current token is the first
-        drafted = round(candidates)
+    extra_mean, drafted_per_step = None, drafted
+    if candidate_tokens is not None:  # each sequence's drawn candidates are its drafts
+        extra_mean = cfg.window_tokens + min(candidate_tokens, float(drafted)) - 1.0
+        drafted_per_step = None
     return StepModel(
         acceptance,
         extra,
         drafts_with_model=False,
-        drafted_per_step=drafted,
+        drafted_per_step=drafted_per_step,
+        undrafted=cfg.window_tokens - 1,  # the window beyond the current token
         host_s=cfg.host_overhead_ms / 1e3,
         extra_mean=extra_mean,
         acceptance_by_position=by_position,

@@ -33,6 +33,7 @@ class StepModel:
     drafts_with_model: bool  # a draft model proposes (its forwards cost time too)
     tree: bool = False  # the draft is a token tree: one draft forward per level
     drafted_per_step: int | None = None  # recorded drafts per sequence; None: the extra tokens
+    undrafted: int = 0  # with drafted_per_step None: extra tokens not counted as drafted
     host_s: float = 0.0  # the implementation's host work per step beyond the forward
     # Calibrated from a chain draft's run: request types, each sequence drawing from its own.
     acceptance_types: AcceptanceMixture | None = None
@@ -62,11 +63,13 @@ class StepModel:
             raise ValueError("a step model with a calibrated mean draws with a generator")
         return floor + (rng.random(b) < share).astype(np.int64)
 
-    def drafted_tokens(self, caps: np.ndarray) -> np.ndarray:
-        """(b,) tokens the records count as drafted per sequence."""
-        if self.drafted_per_step is None:
-            return self.extra_tokens(caps)
-        return np.full(len(caps), self.drafted_per_step, dtype=np.int64)
+    def drafted_tokens(self, caps: np.ndarray, extra: np.ndarray | None = None) -> np.ndarray:
+        """(b,) tokens the records count as drafted per sequence; extra: the step's
+        `extra_tokens` (needed with `extra_mean`: they were drawn)."""
+        if self.drafted_per_step is not None:
+            return np.full(len(caps), self.drafted_per_step, dtype=np.int64)
+        computed = self.extra_tokens(caps) if extra is None else extra  # (b,)
+        return computed - self.undrafted
 
     def draft_forwards(self, caps: np.ndarray) -> np.ndarray:
         """(b,) sequential draft-model forwards per sequence (a chain: one per drafted token;

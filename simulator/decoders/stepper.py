@@ -111,7 +111,7 @@ class MultiTokenStepper:
         )
         draft_s = 0.0 if self.draft is None else self._draft_s(seqs, generated, caps, accepted)
         duration_s = target.step_time_s(work) + self.model.host_s + draft_s
-        drafted = int(self.model.drafted_tokens(caps).sum())
+        drafted = int(self.model.drafted_tokens(caps, extra).sum())
         verified = plan.decode_batch_size + work.decode_extra_tokens
         return StepDraw(seqs, accepted, drafted, verified, duration_s, draft_s)
 

@@ -32,14 +32,11 @@ class DecodeEmissions:
 
     def with_room(self, room: int) -> np.ndarray:
         """(e,) emissions of each span whose room was at least `room`."""
-        last_before = self.output_tokens - 1 - room  # emitted_before may not exceed this
-        fits = np.floor_divide(last_before - self.emitted_before, self.tokens) + 1
-        return np.clip(fits, 0, self.count)
+        return self.at_positions(room, 0, np.iinfo(np.int64).max)
 
     def histogram(self, room: int = 0) -> np.ndarray:
         """Decode emissions by tokens emitted (index = tokens), those with room ≥ `room`."""
-        counts = self.with_room(room) if room > 0 else self.count
-        return np.bincount(self.tokens, weights=counts).astype(np.int64)
+        return self.histogram_at_positions(room, 0, np.iinfo(np.int64).max)
 
     def at_positions(self, room: int, low: int, high: int) -> np.ndarray:
         """(e,) emissions of each span with room ≥ `room` made when the request had emitted
@@ -47,13 +44,13 @@ class DecodeEmissions:
         tokens of them)."""
         last = np.minimum(self.output_tokens - 1 - room, high - 1)  # (e,) latest position kept
         before, tokens = self.emitted_before, self.tokens
-        first_j = np.maximum(-np.floor_divide(before - low, tokens), 0)  # ceil((low − eb) / t)
-        last_j = np.minimum(np.floor_divide(last - before, tokens), self.count - 1)
+        first_j = np.maximum(-np.floor_divide(before - low, tokens), 0)  # (e,) ⌈(low − eb) / t⌉
+        last_j = np.minimum(np.floor_divide(last - before, tokens), self.count - 1)  # (e,)
         return np.maximum(last_j - first_j + 1, 0)
 
     def histogram_at_positions(self, room: int, low: int, high: int) -> np.ndarray:
         """`histogram(room)` of the emissions `at_positions(room, low, high)`."""
-        counts = self.at_positions(room, low, high)
+        counts = self.at_positions(room, low, high)  # (e,)
         return np.bincount(self.tokens, weights=counts).astype(np.int64)
 
 
