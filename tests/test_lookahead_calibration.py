@@ -10,7 +10,8 @@ from burst_records import sequential_run
 from fixtures_records import make_meta
 from scenario_helpers import SCENARIOS
 
-from simulator.decoders.calibration import MIN_POSITION_EMISSIONS, calibrate
+from simulator.decoders.calibration import calibrate
+from simulator.decoders.position_calibration import MIN_POSITION_EMISSIONS
 from simulator.run import simulate
 from workbench.metrics.decode_emissions import DecodeEmissions, decode_emissions
 from workbench.records import RunMeta, RunRecords
@@ -68,8 +69,9 @@ def test_the_twin_emits_by_output_position_as_the_run_did(store: ResultsStore) -
     measured = calibrate(store, "look1")
     by_position = measured.by_position(3)
     assert by_position is not None and measured.accepted_counts is not None
-    starts, rows = by_position.starts.tolist(), by_position.rows
-    means = {s: round(r.mean, 6) for s, r in zip(starts, rows, strict=True)}
+    assert len(by_position.weights) == 1  # every request warms up alike: one type
+    starts, rows = by_position.starts.tolist(), by_position.rows[0]
+    means = {s: round(r.mean, 2) for s, r in zip(starts, rows, strict=True)}
     assert means[0] == means[8] == 0.0 and means[16] == means[32] == 3.0
     records = simulated(store, "look1", 300, 60)
     emissions = decode_emissions(records)
@@ -83,13 +85,36 @@ def run_decodes(run: RunRecords) -> int:
     return int(decode_emissions(run).with_room(3).sum())
 
 
+def test_requests_that_differ_give_their_twin_request_types(store: ResultsStore) -> None:
+    """30 % of the requests accept 1 token a step once warm, 70 % all 3: one set of rows
+    would give every simulated request the mean; the types give each its own kind."""
+    rng = np.random.default_rng(3)
+    slow = rng.random(300) < 0.3
+    accept = [(lambda room, s=s: 0 if 119 - room < 8 else (1 if s else 3)) for s in slow.tolist()]
+    store.write_run(lookahead_meta("look5"), sequential_run([120] * 300, accept, k=3))
+    by_position = calibrate(store, "look5").by_position(3)
+    assert by_position is not None and len(by_position.weights) == 2
+    assert sorted(by_position.weights.tolist()) == pytest.approx([slow.mean(), 1 - slow.mean()])
+    late = by_position.row(np.array([64]))[0]
+    assert sorted(round(rows[late].mean, 2) for rows in by_position.rows) == [1.0, 3.0]
+    emissions = decode_emissions(simulated(store, "look5", 120, 600))
+    counts = emissions.at_positions(3, 8, 120)
+    per_request = np.bincount(emissions.request_row, weights=emissions.tokens * counts)
+    per_request /= np.bincount(emissions.request_row, weights=counts)
+    nearest = np.minimum(np.abs(per_request - 2.0), np.abs(per_request - 4.0))
+    assert nearest.max() < 0.1  # each request of one kind (the smoothing leaves a trace)
+    # 600 draws of a type: a share within 0.06 is over three standard deviations.
+    assert np.mean(per_request < 3) == pytest.approx(slow.mean(), abs=0.06)
+
+
 def test_thin_position_ranges_join_the_range_before_them(store: ResultsStore) -> None:
     store.write_run(lookahead_meta("look2"), sequential_run([36] * 60, warming_up(36, 8), k=3))
-    measured = calibrate(store, "look2")
-    counts, starts = measured.position_counts, measured.position_starts
-    assert counts is not None and starts is not None
+    positions = calibrate(store, "look2").positions
+    assert positions is not None
+    counts, starts = positions.counts, positions.starts
     assert starts[0] == 0 and (np.diff(starts) > 0).all()
     assert (counts.sum(axis=1) >= MIN_POSITION_EMISSIONS).all()
+    measured = calibrate(store, "look2")
     assert counts.sum(axis=0).tolist() == measured.accepted_counts.tolist()  # every emission once
     assert starts.tolist() == [0, 4, 8, 16]  # past 32 tokens: one emission a request at most
 
@@ -128,9 +153,9 @@ def test_a_run_that_did_not_record_its_window_leaves_the_pool_full(store: Result
 
 def test_a_thin_first_range_joins_the_next(store: ResultsStore) -> None:
     store.write_run(lookahead_meta("look4"), sequential_run([200] * 25, warming_up(200, 8), k=3))
-    measured = calibrate(store, "look4")
-    starts, counts = measured.position_starts, measured.position_counts
-    assert starts is not None and counts is not None
+    positions = calibrate(store, "look4").positions
+    assert positions is not None
+    starts, counts = positions.starts, positions.counts
     # 25 requests emit 3 times each before 4 tokens, 4 times from 4 to 8 and twice from 8 to
     # 16 (4 tokens a step): 8-16 joins 4-8, then the first range (75) joins them.
     assert starts.tolist()[:2] == [0, 16]

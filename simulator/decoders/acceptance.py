@@ -95,9 +95,7 @@ class AcceptanceMixture:
 
     def draw_types(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """(n,) int64: types of n new sequences."""
-        cdf = np.cumsum(self.weights)
-        cdf[-1] = 1.0
-        return np.searchsorted(cdf, rng.random(n), side="right").astype(np.int64)
+        return _draw_types(self.weights, rng, n)
 
     @cached_property
     def _cdf(self) -> np.ndarray:
@@ -112,24 +110,42 @@ class AcceptanceMixture:
 @dataclass(frozen=True)
 class AcceptanceByPosition:
     """Acceptance that changes along a sequence's output (a lookahead pool fills from the
-    output as it grows): `rows[i]` for sequences that have emitted `starts[i]` to
-    `starts[i + 1]` − 1 tokens, the last row beyond."""
+    output as it grows), by request type (some texts fill it sooner): `rows[s][i]` for
+    sequences of type s that have emitted `starts[i]` to `starts[i + 1]` − 1 tokens, the last
+    row beyond. A sequence draws its type once (`draw_types`) and keeps it."""
 
     starts: np.ndarray  # (R,) int64, increasing, starts[0] = 0
-    rows: tuple[AcceptanceDistribution, ...]  # R distributions over 0..K
+    rows: tuple[tuple[AcceptanceDistribution, ...], ...]  # S types × R distributions over 0..K
+    weights: np.ndarray  # (S,) share of sequences of each type, sums to 1
 
     def row(self, emitted: np.ndarray) -> np.ndarray:
         """(b,) each sequence's row from the tokens it has emitted."""
         return np.searchsorted(self.starts, emitted, side="right") - 1
 
+    def draw_types(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """(n,) int64: types of n new sequences (no draw with one type)."""
+        if len(self.weights) == 1:
+            return np.zeros(n, dtype=np.int64)
+        return _draw_types(self.weights, rng, n)
+
     @cached_property
     def _cdf(self) -> np.ndarray:
-        """(R, K + 1): each row's cumulative distribution."""
-        return _row_cdfs(self.rows)
+        """(S · R, K + 1): each type's rows' cumulative distributions, type by type."""
+        return _row_cdfs(tuple(row for rows in self.rows for row in rows))
 
-    def sample(self, rng: np.random.Generator, caps: np.ndarray, emitted: np.ndarray) -> np.ndarray:
-        """One draw per sequence from its position's row, capped at `caps`: (b,) each."""
-        return _draw_rows(self._cdf, self.row(emitted), rng, caps)
+    def sample(
+        self, rng: np.random.Generator, caps: np.ndarray, emitted: np.ndarray, types: np.ndarray
+    ) -> np.ndarray:
+        """One draw per sequence from its type's row at its position, capped at `caps`."""
+        rows = types * len(self.starts) + self.row(emitted)  # (b,)
+        return _draw_rows(self._cdf, rows, rng, caps)
+
+
+def _draw_types(weights: np.ndarray, rng: np.random.Generator, n: int) -> np.ndarray:
+    """(n,) int64: n draws of a type by its weight."""
+    cdf = np.cumsum(weights)
+    cdf[-1] = 1.0
+    return np.searchsorted(cdf, rng.random(n), side="right").astype(np.int64)
 
 
 def _row_cdfs(rows: tuple[AcceptanceDistribution, ...]) -> np.ndarray:

@@ -9,17 +9,15 @@ emitted i tokens beyond the first. A speculative run with a chain draft also giv
 acceptance rates of a few request types (`chain_calibration`), which its simulated twin draws
 from: acceptance differs between requests, and a run with an adaptive draft length drafted
 fewer tokens after poor acceptance, so its histogram is not a full draft's (it keeps the types
-only). A lookahead run gives its histogram by output position too (`POSITION_STARTS`): its
-pool fills from the output as it grows, so its steps emit more late in an output than early
-(`small` on Spec-Bench questions, W5 N4 G5: 1.7 tokens per step over a request's first 16
-tokens, 3.1-3.9 from 16 on), and a workload of longer outputs emits more per step; and its
-mean candidate tokens per sequence and step (the tokens each fed beyond its window), which the
-twin feeds instead of a full pool's.
+only). A lookahead run gives its histograms by output position and request type too
+(`position_calibration`: its pool fills from the output as it grows, so its steps emit more
+late in an output than early, and some requests' texts fill it sooner), and its mean candidate
+tokens per sequence and step (the tokens each fed beyond its window), which the twin feeds
+instead of a full pool's.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -39,6 +37,7 @@ from simulator.decoders.chain_calibration import (
     fixed_length,
     measure_chain,
 )
+from simulator.decoders.position_calibration import PositionMeasurement, measure_positions
 from simulator.stored_runs import stored_run
 from workbench.errors import WorkbenchError
 from workbench.metrics.decode_emissions import DecodeEmissions, decode_emissions
@@ -54,10 +53,6 @@ if TYPE_CHECKING:
 
 FIELD = "decoder.calibrate_from"
 CALIBRATABLE = ("speculative", "lookahead")
-# Where a lookahead run's histograms by output position start (tokens emitted before the
-# step), merged from the end until each holds MIN_POSITION_EMISSIONS emissions.
-POSITION_STARTS = (0, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
-MIN_POSITION_EMISSIONS = 100  # a mean of 1-4 tokens per step to about ±0.1
 
 
 @dataclass(frozen=True)
@@ -70,11 +65,10 @@ class Calibration:
     # A fixed chain's run whose types could not be measured: why (its histogram is drawn).
     types_unmeasured: str | None = None
     # A lookahead run: candidate tokens fed per decoding sequence and step, its mean; and its
-    # histograms by output position: (R,) starts and (R, K + 1) counts.
+    # histograms by output position and request type.
     candidate_tokens: float | None = None
     candidates_unmeasured: str | None = None  # why not (the twin then feeds a full pool)
-    position_starts: np.ndarray | None = None
-    position_counts: np.ndarray | None = None
+    positions: PositionMeasurement | None = None
 
     def distribution(self, k: int) -> AcceptanceDistribution:
         """Tokens a full draft of k (room for k more) accepts beyond its first."""
@@ -98,11 +92,15 @@ class Calibration:
         )
 
     def by_position(self, k: int) -> AcceptanceByPosition | None:
-        """A lookahead run's acceptance by output position (None from other runs)."""
-        if self.position_starts is None or self.position_counts is None:
+        """A lookahead run's acceptance by output position and request type (None from
+        other runs)."""
+        if self.positions is None:
             return None
-        rows = tuple(AcceptanceDistribution.histogram(c, k) for c in self.position_counts)
-        return AcceptanceByPosition(self.position_starts, rows)
+        rows = tuple(
+            tuple(AcceptanceDistribution.histogram(c, k) for c in by_range)
+            for by_range in self.positions.type_counts
+        )
+        return AcceptanceByPosition(self.positions.starts, rows, self.positions.type_weights)
 
     def _rates(self, rates: np.ndarray, k: int) -> list[float]:
         """Rates of drafted positions 1..k. Beyond the run's longest draft: none accepted, as
@@ -128,9 +126,13 @@ class Calibration:
             measured["calibrated_candidate_tokens"] = round(self.candidate_tokens, 4)
         if self.candidates_unmeasured is not None:
             measured["calibrated_candidates_unmeasured"] = self.candidates_unmeasured
-        if self.position_starts is not None and self.position_counts is not None:
-            measured["calibrated_position_starts"] = self.position_starts.tolist()
-            measured["calibrated_position_counts"] = self.position_counts.tolist()
+        if self.positions is not None:
+            measured |= {
+                "calibrated_position_starts": self.positions.starts.tolist(),
+                "calibrated_position_counts": self.positions.counts.tolist(),
+                "calibrated_type_weights": np.round(self.positions.type_weights, 6).tolist(),
+                "calibrated_type_counts": np.round(self.positions.type_counts, 3).tolist(),
+            }
         if self.chain is not None:
             measured |= {
                 "calibrated_acceptance_rates": np.round(self.chain.rates, 6).tolist(),
@@ -156,15 +158,14 @@ def calibrate(store: ResultsStore | None, run_ref: str) -> Calibration:
     run_id = str(run["run_id"])
     if isinstance(decoder, LookaheadDecoderConfig):
         histogram = _histogram(run, decoder, emissions)
-        starts, counts = _by_position(emissions, _headroom(decoder), len(histogram))
+        positions = measure_positions(emissions, _headroom(decoder), len(histogram))
         candidates, unmeasured = _candidate_tokens(records.steps, decoder)
         return Calibration(
             run_id,
             accepted_counts=histogram,
             candidate_tokens=candidates,
             candidates_unmeasured=unmeasured,
-            position_starts=starts,
-            position_counts=counts,
+            positions=positions,
         )
     if not isinstance(decoder, SpeculativeDecoderConfig) or decoder.tree is not None:
         return Calibration(run_id, accepted_counts=_histogram(run, decoder, emissions))
@@ -190,33 +191,6 @@ def _histogram(run: dict, decoder: DecoderConfig, emissions: DecodeEmissions) ->
             field=FIELD,
         )
     return accepted
-
-
-def _by_position(
-    emissions: DecodeEmissions, headroom: int, size: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(R,) starts and (R, size) histograms (index = tokens beyond the first) of the emissions
-    with room ≥ `headroom` by the tokens emitted before them, in `POSITION_STARTS` ranges
-    merged until each holds enough."""
-    bounds = [*POSITION_STARTS, np.iinfo(np.int64).max]
-    rows = [
-        _padded(emissions.histogram_at_positions(headroom, low, high)[1:], size)
-        for low, high in itertools.pairwise(bounds)
-    ]
-    starts, counts = list(POSITION_STARTS), rows
-    for i in range(len(counts) - 1, 0, -1):  # from the end: a thin range joins the one before
-        if counts[i].sum() < MIN_POSITION_EMISSIONS:
-            counts[i - 1] = counts[i - 1] + counts.pop(i)
-            starts.pop(i)
-    if len(counts) > 1 and counts[0].sum() < MIN_POSITION_EMISSIONS:  # and a thin first, the next
-        counts[0] = counts[0] + counts.pop(1)
-        starts.pop(1)
-    return np.array(starts, dtype=np.int64), np.array(counts, dtype=np.int64)
-
-
-def _padded(counts: np.ndarray, size: int) -> np.ndarray:
-    """`counts` cut or padded with zeros to `size` entries."""
-    return np.pad(counts, (0, max(size - len(counts), 0)))[:size]
 
 
 def _candidate_tokens(

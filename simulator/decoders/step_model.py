@@ -88,12 +88,12 @@ class StepModel:
         emitted: np.ndarray | None = None,
     ) -> np.ndarray:
         """(b,) tokens each sequence emits beyond the first. rows: (b,) each sequence's row
-        of `acceptance_types` (its type, or the first step's); emitted: (b,) tokens each has
-        emitted (for `acceptance_by_position`)."""
+        of `acceptance_types` (its type, or the first step's) or its type of
+        `acceptance_by_position`; emitted: (b,) tokens each has emitted (for the latter)."""
         if self.acceptance_types is not None:
             assert rows is not None
             return self.acceptance_types.sample(rng, caps, rows)
         if self.acceptance_by_position is not None:
-            assert emitted is not None
-            return self.acceptance_by_position.sample(rng, caps, emitted)
+            assert emitted is not None and rows is not None
+            return self.acceptance_by_position.sample(rng, caps, emitted, rows)
         return self.acceptance.sample(rng, caps)

@@ -122,7 +122,10 @@ class MultiTokenStepper:
 
     def _request_types(self, seqs: list[Sequence]) -> np.ndarray | None:
         """(b,) each sequence's row of the step model's request types: its type, drawn at
-        its first decode step, which takes the first step's row; None without types."""
+        its first decode step, which takes the first step's row (by output position: its
+        type throughout); None without types."""
+        if self.model.acceptance_by_position is not None:
+            return self._position_types(seqs)
         mixture = self.model.acceptance_types
         if mixture is None:
             return None
@@ -132,6 +135,16 @@ class MultiTokenStepper:
         self.types.update(zip(new, mixture.draw_types(self.rng, len(new)).tolist(), strict=True))
         rows = [mixture.first_row if f else self.types[i] for i, f in zip(ids, first, strict=True)]
         return np.array(rows, dtype=np.int64)
+
+    def _position_types(self, seqs: list[Sequence]) -> np.ndarray:
+        """(b,) each sequence's type of `acceptance_by_position`, drawn when first seen."""
+        by_position = self.model.acceptance_by_position
+        assert by_position is not None
+        ids = [s.request_id for s in seqs]
+        new = [i for i in ids if i not in self.types]
+        drawn = by_position.draw_types(self.rng, len(new)).tolist()
+        self.types.update(zip(new, drawn, strict=True))
+        return np.array([self.types[i] for i in ids], dtype=np.int64)
 
     def _draft_s(
         self, seqs: list[Sequence], generated: np.ndarray, caps: np.ndarray, accepted: np.ndarray

@@ -1,0 +1,138 @@
+"""What a stored lookahead run measured of its acceptance: by output position, and by request.
+
+A lookahead step emits more late in an output than early: the n-gram pool fills from the
+output as it grows (and from the prompt). So a run's decode emissions (those with room for
+every token a step may add) are counted by the tokens emitted before them, in ranges
+starting at `POSITION_STARTS`; a range with fewer than `MIN_POSITION_EMISSIONS` joins the one
+before it (a thin first range, the next). On the zoo's `small` target over Spec-Bench
+questions (W5 N4 G5): 1.00 tokens per step over a request's first 4 tokens, 1.56 from 4, 2.35
+from 8, 3.12 from 16, 3.6-3.9 from 32 on.
+
+Requests differ too: some texts repeat and fill their pool sooner (past its first 16 tokens,
+half of that run's requests emitted the most a step can, 4 tokens, every step; a tenth under
+2.7). One set of rows drawn alike for every request gives every simulated request the same
+expected speed, and a twin's per-request latency spread too narrow (TPOT p90 and p99 8-28 %
+short). The rows are a mixture of request types instead, each with its own rows, fitted by
+expectation-maximisation over the run's requests (one type per request, for all its
+emissions), with as many types (1-3) as the Bayesian information criterion prefers; a type's
+rows are smoothed towards the pooled rows by `SMOOTHING` emissions each, so that a range a
+type never reached is the pooled one there.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from workbench.metrics.decode_emissions import DecodeEmissions
+
+# Where the histograms by output position start (tokens emitted before the step).
+POSITION_STARTS = (0, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+MIN_POSITION_EMISSIONS = 100  # a mean of 1-4 tokens per step to about ±0.1
+MAX_TYPES = 3  # as for a speculative chain's types (`chain_calibration`)
+EM_ITERATIONS = 500
+EM_TOLERANCE = 1e-9  # relative change of the log-likelihood that ends the fit
+SMOOTHING = 1.0  # pooled emissions added to each type's range: no probability is 0
+
+
+@dataclass(frozen=True)
+class PositionMeasurement:
+    starts: np.ndarray  # (R,) int64: where each range of tokens emitted before starts
+    counts: np.ndarray  # (R, K + 1) emissions by tokens beyond the first, every request
+    type_weights: np.ndarray  # (S,) share of requests of each type
+    type_counts: np.ndarray  # (S, R, K + 1) each type's expected emissions, smoothed
+
+
+def measure_positions(emissions: DecodeEmissions, headroom: int, size: int) -> PositionMeasurement:
+    """The run's emissions with room ≥ `headroom` by position and request type; `size` = K + 1
+    bins (index = tokens beyond the first)."""
+    per_request = _per_request(emissions, headroom, size)  # (m, ranges, size)
+    kept = _kept_ranges(per_request.sum(axis=(0, 2)))
+    merged = np.add.reduceat(per_request, kept, axis=1)  # (m, R, size)
+    merged = merged[merged.sum(axis=(1, 2)) > 0]  # requests with an emission counted
+    starts = np.array(POSITION_STARTS, dtype=np.int64)[kept]
+    most = min(MAX_TYPES, len(merged))
+    fits = [_fit_types(merged, n) for n in range(1, most + 1)]
+    observations = float(merged.sum())
+    weights, counts, _ = min(fits, key=lambda fit: _bic(fit, observations))
+    return PositionMeasurement(starts, merged.sum(axis=0), weights, counts)
+
+
+def _per_request(emissions: DecodeEmissions, headroom: int, size: int) -> np.ndarray:
+    """(m, len(POSITION_STARTS), size): each request's emissions by range and tokens."""
+    _, request = np.unique(emissions.request_row, return_inverse=True)  # (e,) 0..m−1
+    counts = np.zeros((int(request.max(initial=-1)) + 1, len(POSITION_STARTS), size))
+    bounds = [*POSITION_STARTS, np.iinfo(np.int64).max]
+    beyond = np.minimum(emissions.tokens - 1, size - 1)  # (e,) tokens beyond the first
+    for index, (low, high) in enumerate(itertools.pairwise(bounds)):
+        made = emissions.at_positions(headroom, low, high)  # (e,)
+        np.add.at(counts, (request, index, beyond), made)
+    return counts
+
+
+def _kept_ranges(emitted: np.ndarray) -> np.ndarray:
+    """Indices of the ranges that start a merged range: from the end, a thin range joins
+    the one before it; then a thin first range, the next."""
+    kept, sums = list(range(len(emitted))), list(emitted)
+    for i in range(len(kept) - 1, 0, -1):
+        if sums[i] < MIN_POSITION_EMISSIONS:
+            sums[i - 1] += sums.pop(i)
+            kept.pop(i)
+    if len(kept) > 1 and sums[0] < MIN_POSITION_EMISSIONS:
+        kept.pop(1)
+    return np.array(kept, dtype=np.int64)
+
+
+def _fit_types(counts: np.ndarray, types: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """(weights (S,), smoothed counts (S, R, K + 1), log-likelihood) of `types` request types
+    over each request's counts (m, R, K + 1)."""
+    posterior = _initial_posterior(counts, types)  # (S, m)
+    previous = -np.inf
+    for _ in range(EM_ITERATIONS):
+        weights, typed = _maximise(counts, posterior)
+        per_request = _request_log_likelihoods(counts, typed) + np.log(weights)[:, None]  # (S, m)
+        top = per_request.max(axis=0)  # (m,)
+        likelihood = top + np.log(np.exp(per_request - top).sum(axis=0))  # (m,)
+        log_likelihood = float(likelihood.sum())
+        posterior = np.exp(per_request - likelihood)
+        if log_likelihood - previous <= EM_TOLERANCE * abs(log_likelihood):
+            break
+        previous = log_likelihood
+    weights, typed = _maximise(counts, posterior)
+    return weights, typed, log_likelihood
+
+
+def _initial_posterior(counts: np.ndarray, types: int) -> np.ndarray:
+    """(S, m): requests split into `types` equal groups by their mean tokens per step:
+    deterministic, and apart from the start where the types differ."""
+    tokens = np.arange(counts.shape[2])  # (K + 1,)
+    per_request = (counts.sum(axis=1) @ tokens) / counts.sum(axis=(1, 2))  # (m,)
+    group = np.zeros(len(per_request), dtype=np.int64)
+    order = np.argsort(per_request, kind="stable")
+    group[order] = np.arange(len(per_request)) * types // len(per_request)
+    return (group[None, :] == np.arange(types)[:, None]).astype(np.float64)
+
+
+def _maximise(counts: np.ndarray, posterior: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Weights (S,) and each type's smoothed counts (S, R, K + 1) given the posterior (S, m)."""
+    pooled = counts.sum(axis=0)  # (R, K + 1)
+    shares = pooled / np.maximum(pooled.sum(axis=1, keepdims=True), 1e-300)
+    typed = np.einsum("sm,mrk->srk", posterior, counts) + SMOOTHING * shares[None]
+    weights = np.maximum(posterior.sum(axis=1) / posterior.sum(), 1e-300)  # a type may empty
+    return weights, typed
+
+
+def _request_log_likelihoods(counts: np.ndarray, typed: np.ndarray) -> np.ndarray:
+    """(S, m) log-likelihood of each request's emissions under each type's rows."""
+    rows = typed / typed.sum(axis=2, keepdims=True)  # (S, R, K + 1)
+    logs = np.log(np.maximum(rows, 1e-300)).reshape(len(rows), -1)  # (S, R · (K + 1))
+    return logs @ counts.reshape(len(counts), -1).T
+
+
+def _bic(fit: tuple[np.ndarray, np.ndarray, float], observations: float) -> float:
+    _, typed, log_likelihood = fit
+    types, ranges, bins = typed.shape
+    parameters = types * ranges * (bins - 1) + types - 1
+    return -2 * log_likelihood + parameters * np.log(max(observations, 2.0))
