@@ -71,7 +71,7 @@ def test_the_twin_emits_by_output_position_as_the_run_did(store: ResultsStore) -
     assert by_position is not None and measured.accepted_counts is not None
     assert len(by_position.weights) == 1  # every request warms up alike: one type
     starts, rows = by_position.starts.tolist(), by_position.rows[0]
-    means = {s: round(r.mean, 2) for s, r in zip(starts, rows, strict=True)}
+    means = {s: round(r.mean, 6) for s, r in zip(starts, rows, strict=True)}
     assert means[0] == means[8] == 0.0 and means[16] == means[32] == 3.0
     records = simulated(store, "look1", 300, 60)
     emissions = decode_emissions(records)

@@ -176,12 +176,8 @@ def _fit_types(
     weights, rates = _initial_types(steps, pooled, types)
     previous = -np.inf
     for _ in range(EM_ITERATIONS):
-        prior = np.log(np.maximum(weights, WEIGHT_FLOOR))[:, None]  # a type may empty out
-        per_sequence = _sequence_log_likelihoods(steps, rates) + prior
-        top = per_sequence.max(axis=0)  # (m,)
-        likelihood = top + np.log(np.exp(per_sequence - top).sum(axis=0))  # (m,)
-        log_likelihood = float(likelihood.sum())
-        posterior = np.exp(per_sequence - likelihood)  # (S, m)
+        per_sequence = _sequence_log_likelihoods(steps, rates) + log_weights(weights)
+        posterior, log_likelihood = type_posterior(per_sequence)
         weights, rates = _maximise(steps, posterior, pooled)
         if log_likelihood - previous <= EM_TOLERANCE * abs(log_likelihood):
             break
@@ -195,12 +191,28 @@ def _initial_types(steps: _Steps, pooled: np.ndarray, types: int) -> tuple[np.nd
     per_sequence = np.add.reduceat(steps.accepted.sum(axis=1), steps.starts) / np.maximum(
         np.add.reduceat(steps.reached.sum(axis=1), steps.starts), 1
     )  # (m,)
-    group = np.zeros(len(per_sequence), dtype=np.int64)
-    group[np.argsort(per_sequence, kind="stable")] = (
-        np.arange(len(per_sequence)) * types // len(per_sequence)
-    )
-    posterior = (group[None, :] == np.arange(types)[:, None]).astype(np.float64)  # (S, m)
-    return _maximise(steps, posterior, pooled)
+    return _maximise(steps, equal_groups(per_sequence, types), pooled)
+
+
+def equal_groups(score: np.ndarray, types: int) -> np.ndarray:
+    """(S, m) 0/1: m sequences split into `types` equal groups by `score`, lowest first (a
+    deterministic start for the fit, apart from the start where the types differ)."""
+    group = np.zeros(len(score), dtype=np.int64)
+    group[np.argsort(score, kind="stable")] = np.arange(len(score)) * types // len(score)
+    return (group[None, :] == np.arange(types)[:, None]).astype(np.float64)
+
+
+def log_weights(weights: np.ndarray) -> np.ndarray:
+    """(S, 1) log of the types' weights, finite when a type empties out."""
+    return np.log(np.maximum(weights, WEIGHT_FLOOR))[:, None]
+
+
+def type_posterior(per_sequence: np.ndarray) -> tuple[np.ndarray, float]:
+    """(posterior (S, m), log-likelihood) from each sequence's joint log-likelihood with each
+    type (S, m), summed over types by log-sum-exp."""
+    top = per_sequence.max(axis=0)  # (m,)
+    likelihood = top + np.log(np.exp(per_sequence - top).sum(axis=0))  # (m,)
+    return np.exp(per_sequence - likelihood), float(likelihood.sum())
 
 
 def _maximise(

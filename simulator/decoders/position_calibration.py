@@ -9,8 +9,8 @@ questions (W5 N4 G5): 1.00 tokens per step over a request's first 4 tokens, 1.56
 from 8, 3.12 from 16, 3.6-3.9 from 32 on.
 
 Requests differ too: some texts repeat and fill their pool sooner (past its first 16 tokens,
-half of that run's requests emitted the most a step can, 4 tokens, every step; a tenth under
-2.7). One set of rows drawn alike for every request gives every simulated request the same
+56 % of that run's requests emitted the most a step can, 4 tokens, every step; a tenth under
+2.7 a step). One set of rows drawn alike for every request gives every simulated request the same
 expected speed, and a twin's per-request latency spread too narrow (TPOT p90 and p99 8-28 %
 short). The rows are a mixture of request types instead, each with its own rows, fitted by
 expectation-maximisation over the run's requests (one type per request, for all its
@@ -26,15 +26,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.decoders.chain_calibration import (
+    EM_ITERATIONS,
+    EM_TOLERANCE,
+    MAX_TYPES,
+    equal_groups,
+    log_weights,
+    type_posterior,
+)
 from workbench.metrics.decode_emissions import DecodeEmissions
 
 # Where the histograms by output position start (tokens emitted before the step).
 POSITION_STARTS = (0, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 MIN_POSITION_EMISSIONS = 100  # a mean of 1-4 tokens per step to about ±0.1
-MAX_TYPES = 3  # as for a speculative chain's types (`chain_calibration`)
-EM_ITERATIONS = 500
-EM_TOLERANCE = 1e-9  # relative change of the log-likelihood that ends the fit
 SMOOTHING = 1.0  # pooled emissions added to each type's range: no probability is 0
+# 1-3 types, fitted as a speculative chain's are (`chain_calibration`).
+FLOOR = 1e-300  # keeps divisions and logs of empty rows and types finite
 
 
 @dataclass(frozen=True)
@@ -52,12 +59,15 @@ def measure_positions(emissions: DecodeEmissions, headroom: int, size: int) -> P
     kept = _kept_ranges(per_request.sum(axis=(0, 2)))
     merged = np.add.reduceat(per_request, kept, axis=1)  # (m, R, size)
     merged = merged[merged.sum(axis=(1, 2)) > 0]  # requests with an emission counted
+    if not len(merged):
+        raise ValueError("no decode emission with room for every token a step may add")
     starts = np.array(POSITION_STARTS, dtype=np.int64)[kept]
     most = min(MAX_TYPES, len(merged))
     fits = [_fit_types(merged, n) for n in range(1, most + 1)]
     observations = float(merged.sum())
     weights, counts, _ = min(fits, key=lambda fit: _bic(fit, observations))
-    return PositionMeasurement(starts, merged.sum(axis=0), weights, counts)
+    pooled = merged.sum(axis=0).round().astype(np.int64)  # (R, K + 1) whole emissions
+    return PositionMeasurement(starts, pooled, weights, counts)
 
 
 def _per_request(emissions: DecodeEmissions, headroom: int, size: int) -> np.ndarray:
@@ -87,51 +97,42 @@ def _kept_ranges(emitted: np.ndarray) -> np.ndarray:
 
 def _fit_types(counts: np.ndarray, types: int) -> tuple[np.ndarray, np.ndarray, float]:
     """(weights (S,), smoothed counts (S, R, K + 1), log-likelihood) of `types` request types
-    over each request's counts (m, R, K + 1)."""
-    posterior = _initial_posterior(counts, types)  # (S, m)
-    previous = -np.inf
+    over each request's counts (m, R, K + 1), started from equal groups by mean tokens. The
+    smoothing is a fixed prior, so the plain log-likelihood may dip at convergence: a dip ends
+    the fit as a rise under the tolerance does."""
+    beyond = np.arange(counts.shape[2])  # (K + 1,) tokens beyond the first
+    mean = (counts.sum(axis=1) @ beyond) / counts.sum(axis=(1, 2))  # (m,) each request's
+    weights, typed = _maximise(counts, equal_groups(mean, types))
+    previous = log_likelihood = -np.inf
     for _ in range(EM_ITERATIONS):
+        per_request = _request_log_likelihoods(counts, typed) + log_weights(weights)  # (S, m)
+        posterior, log_likelihood = type_posterior(per_request)
         weights, typed = _maximise(counts, posterior)
-        per_request = _request_log_likelihoods(counts, typed) + np.log(weights)[:, None]  # (S, m)
-        top = per_request.max(axis=0)  # (m,)
-        likelihood = top + np.log(np.exp(per_request - top).sum(axis=0))  # (m,)
-        log_likelihood = float(likelihood.sum())
-        posterior = np.exp(per_request - likelihood)
         if log_likelihood - previous <= EM_TOLERANCE * abs(log_likelihood):
             break
         previous = log_likelihood
-    weights, typed = _maximise(counts, posterior)
     return weights, typed, log_likelihood
-
-
-def _initial_posterior(counts: np.ndarray, types: int) -> np.ndarray:
-    """(S, m): requests split into `types` equal groups by their mean tokens per step:
-    deterministic, and apart from the start where the types differ."""
-    tokens = np.arange(counts.shape[2])  # (K + 1,)
-    per_request = (counts.sum(axis=1) @ tokens) / counts.sum(axis=(1, 2))  # (m,)
-    group = np.zeros(len(per_request), dtype=np.int64)
-    order = np.argsort(per_request, kind="stable")
-    group[order] = np.arange(len(per_request)) * types // len(per_request)
-    return (group[None, :] == np.arange(types)[:, None]).astype(np.float64)
 
 
 def _maximise(counts: np.ndarray, posterior: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Weights (S,) and each type's smoothed counts (S, R, K + 1) given the posterior (S, m)."""
     pooled = counts.sum(axis=0)  # (R, K + 1)
-    shares = pooled / np.maximum(pooled.sum(axis=1, keepdims=True), 1e-300)
+    shares = pooled / np.maximum(pooled.sum(axis=1, keepdims=True), FLOOR)  # (R, K + 1)
     typed = np.einsum("sm,mrk->srk", posterior, counts) + SMOOTHING * shares[None]
-    weights = np.maximum(posterior.sum(axis=1) / posterior.sum(), 1e-300)  # a type may empty
-    return weights, typed
+    return posterior.sum(axis=1) / posterior.sum(), typed
 
 
 def _request_log_likelihoods(counts: np.ndarray, typed: np.ndarray) -> np.ndarray:
     """(S, m) log-likelihood of each request's emissions under each type's rows."""
     rows = typed / typed.sum(axis=2, keepdims=True)  # (S, R, K + 1)
-    logs = np.log(np.maximum(rows, 1e-300)).reshape(len(rows), -1)  # (S, R · (K + 1))
+    logs = np.log(np.maximum(rows, FLOOR)).reshape(len(rows), -1)  # (S, R · (K + 1))
     return logs @ counts.reshape(len(counts), -1).T
 
 
 def _bic(fit: tuple[np.ndarray, np.ndarray, float], observations: float) -> float:
+    """observations: the emissions (as a chain's fit counts steps: spurious types stay out).
+    Every bin of every range counts as a parameter, those no emission can reach too: a
+    slightly stronger penalty."""
     _, typed, log_likelihood = fit
     types, ranges, bins = typed.shape
     parameters = types * ranges * (bins - 1) + types - 1

@@ -72,7 +72,7 @@ class MultiTokenStepper:
         self.draft = draft
         self.limit = limit
         self.adaptive = adaptive
-        self.types: dict[int, int] = {}  # each decoding sequence's request type (_request_types)
+        self.types: dict[int, int] = {}  # each decoding sequence's request type, drawn once
 
     def release(self, request_id: int) -> None:
         if self.draft is not None:
