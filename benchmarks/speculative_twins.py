@@ -14,7 +14,8 @@ draft's forwards included. The latest run of each label is compared, so a databa
 reused. `--device cuda` runs the pair in bf16 on the card (`scripts/gpu_checks.sh
 spec_twins`). `--decoder lookahead` does the same for lookahead decoding (W5 N4 G5 on the
 target, no draft: `scenarios/lookahead_real.yaml`), whose twins replay the acceptance run's
-histograms by output position and its candidate tokens per step.
+histograms by output position and its candidate n-grams by output position. `--held-out-seed`
+draws another held-out workload (default 11).
 
     workbench zoo build small
     python benchmarks/speculative_twins.py --zoo small --db /tmp/st.duckdb
@@ -44,7 +45,6 @@ CALIBRATION = [
     "workload.output_tokens={kind: uniform, low: 32, high: 160}",
 ]
 HELD_OUT = [
-    "seed=11",
     "workload.num_requests=150",
     "workload.output_tokens={kind: uniform, low: 64, high: 256}",
 ]
@@ -133,6 +133,7 @@ def main() -> None:
     parser.add_argument("--db", type=Path, required=True)
     parser.add_argument("--rates", type=float, nargs="+", default=[3.0, 6.0])
     parser.add_argument("--decoder", choices=sorted(SCENARIO), default="speculative")
+    parser.add_argument("--held-out-seed", type=int, default=11)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument(
         "--dtype",
@@ -155,7 +156,8 @@ def main() -> None:
     accepted = labelled(args.db, f"{prefix}-acceptance", "real")
     for rate in args.rates:
         label = f"{prefix}-held-out-{rate:g}"
-        held = [*pair, *HELD_OUT, f"workload.arrival={{kind: poisson, rate_per_s: {rate}}}"]
+        arrival = f"workload.arrival={{kind: poisson, rate_per_s: {rate}}}"
+        held = [*pair, *HELD_OUT, f"seed={args.held_out_seed}", arrival]
         held.append(f"decoder.calibrate_from={accepted}")
         sets = [f"--set={s}" for s in held]
         both = ["--backend", "both", "--speed-matched", "--profile", target, "--label", label]

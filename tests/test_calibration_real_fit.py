@@ -14,7 +14,8 @@ from simulator.cost_models.calibrated import (
     fit_profile,
     step_work,
 )
-from simulator.cost_models.calibrated_fit import non_negative_least_squares, work_kind
+from simulator.cost_models.calibrated_fit import work_kind
+from simulator.cost_models.least_squares import non_negative_least_squares
 
 
 def _model_from(seconds: list[float]) -> tuple[CalibratedCostModel, list]:

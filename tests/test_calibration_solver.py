@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.cost_models.calibrated_fit import non_negative_least_squares
+from simulator.cost_models.least_squares import non_negative_least_squares
 
 TRUTH = np.array([1e-3, 2e-3, 0.0, 5e-7, 3e-7, 0.0])  # s a step (curve rises); s a key
 

@@ -11,10 +11,11 @@ from fixtures_records import make_meta
 from scenario_helpers import SCENARIOS
 
 from simulator.decoders.calibration import calibrate
+from simulator.decoders.candidate_calibration import fill_unreached
 from simulator.decoders.position_calibration import MIN_POSITION_EMISSIONS
 from simulator.run import simulate
 from workbench.metrics.decode_emissions import DecodeEmissions, decode_emissions
-from workbench.records import RunMeta, RunRecords
+from workbench.records import EmissionSpans, RunMeta, RunRecords
 from workbench.scenario.loader import load_scenario
 from workbench.store.db import ResultsStore
 
@@ -46,11 +47,14 @@ def mean_tokens(emissions: DecodeEmissions, low: int, high: int) -> float:
     return float((emissions.tokens * counts).sum() / counts.sum())
 
 
-def simulated(store: ResultsStore, run: str, output: int, requests: int) -> RunRecords:
+def simulated(
+    store: ResultsStore, run: str, output: int, requests: int, rate_per_s: float = 0.5
+) -> RunRecords:
     scenario = load_scenario(
         SCENARIOS / "lookahead_sim.yaml",
         [
             "workload.lengths_from_trace=null",
+            f"workload.arrival={{kind: poisson, rate_per_s: {rate_per_s}}}",
             "workload.prompt_tokens={kind: fixed, value: 10}",
             f"workload.output_tokens={{kind: fixed, value: {output}}}",
             f"workload.num_requests={requests}",
@@ -119,23 +123,66 @@ def test_thin_position_ranges_join_the_range_before_them(store: ResultsStore) ->
     assert starts.tolist() == [0, 4, 8, 16]  # past 32 tokens: one emission a request at most
 
 
-def test_the_twin_feeds_the_run_s_candidate_tokens_not_a_full_pool_s(store: ResultsStore) -> None:
-    run = sequential_run([80] * 100, warming_up(80, 8), k=3)
-    decoding = run.steps.decode_tokens
-    candidates = np.where(decoding > 0, 7 + run.steps.step % 2, 0)  # 7 and 8 in turn
-    run.steps.verified_tokens = decoding * WINDOW + candidates  # as the real decoder records
-    run.steps.drafted_tokens = candidates
+def fed_by_position(run: RunRecords, early: Callable[[int], int], late: int = 4) -> np.ndarray:
+    """(s,) candidate tokens a sequential run's decoding sequence is fed in each step: early(its
+    request) n-grams over its first 8 tokens and `late` after (of a full pool's 5), each cut to
+    its room."""
+    emissions = decode_emissions(run)
+    step, before = emissions.first_step, emissions.emitted_before
+    room = emissions.output_tokens - before - 1
+    first = [early(r) for r in emissions.request_row.tolist()]
+    fed = np.zeros(len(run.steps.step), dtype=np.int64)
+    fed[step] = np.where(before < 8, first, late) * np.clip(room, 0, 3)
+    return fed
+
+
+def test_the_twin_feeds_the_run_s_candidates_by_output_position(store: ResultsStore) -> None:
+    """The n-grams a sequence is fed, measured by output position from the steps' sums; the
+    twin feeds them so, and its own batched steps, measured again, give the same (those whose
+    every sequence's request finished)."""
+    run = sequential_run([83] * 100, warming_up(83, 8), k=3)  # the last step's room: 2
+    fed = fed_by_position(run, lambda request: 1)
+    run.steps.verified_tokens = run.steps.decode_tokens * WINDOW + fed  # as the real decoder
+    run.steps.drafted_tokens = fed
     store.write_run(lookahead_meta("look3"), run)
-    measured = calibrate(store, "look3")
-    mean = candidates.sum() / decoding.sum()
-    assert 7.4 < mean < 7.6 and measured.candidate_tokens == pytest.approx(mean)
-    steps = simulated(store, "look3", 80, 40).steps
-    fed = steps.verified_tokens.sum() / steps.decode_tokens.sum()
-    assert fed == pytest.approx(WINDOW + mean, abs=0.1)  # a full pool's: 15 + 5 · 3 = 30
-    one = steps.decode_tokens == 1
-    assert set(steps.drafted_tokens[one].tolist()) == {7, 8}  # each sequence's candidates
-    assert steps.drafted_tokens[one].mean() == pytest.approx(mean, abs=0.1)
+    measured = calibrate(store, "look3").candidates
+    assert measured is not None
+    ngrams = dict(zip(measured.starts.tolist(), measured.ngrams.tolist(), strict=True))
+    assert ngrams == pytest.approx({0: 1.0, 4: 1.0, 8: 4.0, 16: 4.0, 32: 4.0, 64: 4.0})
+    assert measured.mean_tokens == pytest.approx(fed.sum() / run.steps.decode_tokens.sum())
+    twin = simulated(store, "look3", 202, 120, rate_per_s=40.0)
+    assert (twin.steps.decode_tokens > 1).mean() > 0.5  # mostly batched
+    twin.requests.status[-8:] = "unfinished"  # steps they decoded in are left out of the fit
+    store.write_run(lookahead_meta("twin3"), twin)
+    again = calibrate(store, "twin3").candidates
+    assert again is not None and again.starts[-1] == 128
+    assert again.ngrams.tolist() == pytest.approx([1.0, 1.0, 4.0, 4.0, 4.0, 4.0, 4.0])
+
+
+def test_the_twin_feeds_the_run_s_mean_n_grams_per_position(store: ResultsStore) -> None:
+    """Fractional means (early, half the requests 1 n-gram and half 2; 3 later): each sequence
+    feeds the floor or the ceiling, so that the mean holds, and records every candidate as
+    drafted."""
+    run = sequential_run([80] * 100, warming_up(80, 8), k=3)
+    fed = fed_by_position(run, lambda request: 1 + request % 2, late=3)
+    run.steps.verified_tokens = run.steps.decode_tokens * WINDOW + fed
+    run.steps.drafted_tokens = fed
+    store.write_run(lookahead_meta("look6"), run)
+    measured = calibrate(store, "look6")
+    assert measured.candidates is not None
+    assert measured.candidates.ngrams.tolist() == pytest.approx([1.5, 1.5, 3, 3, 3, 3], abs=0.02)
+    mean = fed.sum() / run.steps.decode_tokens.sum()
     assert float(measured.info()["calibrated_candidate_tokens"]) == pytest.approx(mean, abs=1e-4)
+    twin = simulated(store, "look6", 80, 200)
+    one = twin.steps.decode_tokens == 1
+    window = twin.steps.verified_tokens - twin.steps.drafted_tokens  # (s,)
+    assert (window[one] == WINDOW).all()
+    assert set(twin.steps.drafted_tokens[one].tolist()) >= {3, 6, 9}  # 1 or 2 n-grams, then 3
+    store.write_run(lookahead_meta("twin6"), twin)
+    again = calibrate(store, "twin6").candidates
+    assert again is not None
+    assert again.ngrams[again.starts < 8] == pytest.approx(1.5, abs=0.05)  # 200 requests
+    assert again.ngrams[again.starts >= 8] == pytest.approx(3.0, abs=0.02)  # steps they share
 
 
 def test_a_run_that_did_not_record_its_window_leaves_the_pool_full(store: ResultsStore) -> None:
@@ -145,7 +192,7 @@ def test_a_run_that_did_not_record_its_window_leaves_the_pool_full(store: Result
     assert (run.steps.verified_tokens == run.steps.decode_tokens + run.steps.drafted_tokens).all()
     store.write_run(lookahead_meta("old1"), run)
     measured = calibrate(store, "old1")
-    assert measured.candidate_tokens is None
+    assert measured.candidates is None
     assert "window of 15 tokens" in measured.info()["calibrated_candidates_unmeasured"]
     steps = simulated(store, "old1", 80, 10).steps
     assert steps.verified_tokens.sum() / steps.decode_tokens.sum() == 30  # a full pool
@@ -172,7 +219,8 @@ def test_emissions_by_position_count_each_burst_once() -> None:
     emissions = DecodeEmissions(
         request_row=np.arange(n), tokens=tokens, count=count, emitted_before=before,
         output_tokens=before + tokens * count + rng.integers(0, 4, n),
-        after_prefill=np.zeros(n, dtype=bool),
+        after_prefill=np.zeros(n, dtype=bool), replica=np.zeros(n, dtype=np.int64),
+        first_step=np.arange(n),
     )  # fmt: skip
     for room, low, high in [(0, 0, 10**6), (3, 0, 10**6), (3, 16, 32), (0, 5, 41), (2, 50, 51)]:
         expected = [
@@ -181,3 +229,20 @@ def test_emissions_by_position_count_each_burst_once() -> None:
         ]
         assert emissions.at_positions(room, low, high).tolist() == expected
     assert (emissions.at_positions(3, 0, 10**6) == emissions.with_room(3)).all()
+
+
+def test_a_range_no_fitted_step_reached_takes_its_neighbour_s_n_grams() -> None:
+    ngrams, reached = np.array([0.0, 2.0, 0.0, 3.0, 0.0]), np.array([0, 1, 0, 1, 0], bool)
+    assert fill_unreached(ngrams, reached).tolist() == [2.0, 2.0, 2.0, 3.0, 3.0]
+
+
+def test_a_span_opened_by_the_prefill_decodes_from_its_next_step() -> None:
+    run = sequential_run([5], lambda room: 0, k=3)  # a prefill step, then 4 of one token each
+    one = np.zeros(1, dtype=np.int64)
+    run.emissions = EmissionSpans(
+        request_id=one, replica=one.astype(np.int32), first_step=one, last_step=one + 4,
+        tokens_per_step=np.ones(1, dtype=np.int32),
+    )  # fmt: skip
+    emissions = decode_emissions(run)
+    assert emissions.first_step.tolist() == [1] and emissions.count.tolist() == [4]
+    assert emissions.emitted_before.tolist() == [1]

@@ -7,6 +7,7 @@ import pytest
 
 from simulator.decoders.acceptance import AcceptanceDistribution
 from simulator.decoders.lookahead import lookahead_step_model
+from simulator.decoders.lookahead_candidates import CandidatesByPosition
 from simulator.decoders.speculative import draft_shape, speculative_step_model
 from workbench.errors import WorkbenchError
 from workbench.scenario.decoders import LookaheadDecoderConfig, SpeculativeDecoderConfig
@@ -98,19 +99,23 @@ def test_lookahead_without_a_histogram_names_the_field() -> None:
         lookahead_step_model(cfg)
 
 
-def test_a_calibrated_mean_of_extra_tokens_is_kept_on_average() -> None:
+def test_calibrated_candidates_are_fed_by_output_position_on_average() -> None:
     cfg = LookaheadDecoderConfig(
         kind="lookahead", window=3, ngram=3, candidates=2,
         tokens_per_step={"kind": "histogram", "counts": [1, 1, 1]},
     )  # fmt: skip
-    model = lookahead_step_model(cfg, candidate_tokens=2.3)  # a full pool's: 2 · 2 = 4
-    caps = np.full(20_000, 5)
-    extra = model.extra_tokens(caps, np.random.default_rng(0))
-    assert set(extra.tolist()) == {7, 8}  # the window's 3 · 2 − 1, and 2.3 candidates
-    assert extra.mean() == pytest.approx(7.3, abs=0.02)
-    drafted = model.drafted_tokens(caps, extra)  # the candidates each sequence was fed
-    assert set(drafted.tolist()) == {2, 3} and drafted.mean() == pytest.approx(2.3, abs=0.02)
+    by_position = CandidatesByPosition(np.array([0, 10]), np.array([0.3, 1.5]), tail=2)
+    model = lookahead_step_model(cfg, candidates=by_position)
+    rng = np.random.default_rng(0)
+    caps, early, late = np.full(20_000, 5), np.full(20_000, 4), np.full(20_000, 10)
+    extra = model.extra_tokens(caps, rng, early)  # the window's 3 · 2 − 1, and 0.3 2-grams
+    assert set(extra.tolist()) == {5, 7} and extra.mean() == pytest.approx(5.6, abs=0.02)
+    drafted = model.drafted_tokens(caps, model.extra_tokens(caps, rng, late))
+    assert set(drafted.tolist()) == {2, 4} and drafted.mean() == pytest.approx(3.0, abs=0.03)
+    near_end = model.extra_tokens(np.array([0, 1, 1, 1]), rng, np.full(4, 10))  # cut to room
+    assert near_end[0] == 5 and set(near_end[1:].tolist()) <= {6, 7}  # 1 or 2 tokens of 1
     with pytest.raises(ValueError, match="generator"):
         model.extra_tokens(caps)
-    beyond = lookahead_step_model(cfg, candidate_tokens=9.0)  # more than a full pool: capped
-    assert beyond.extra_tokens(caps[:3]).tolist() == [9, 9, 9]
+    full = CandidatesByPosition(np.array([0]), np.array([9.0]), tail=2)  # beyond a full pool
+    capped = lookahead_step_model(cfg, candidates=full)
+    assert capped.extra_tokens(caps[:3], rng, early[:3]).tolist() == [9, 9, 9]

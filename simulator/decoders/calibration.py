@@ -11,9 +11,10 @@ from: acceptance differs between requests, and a run with an adaptive draft leng
 fewer tokens after poor acceptance, so its histogram is not a full draft's (it keeps the types
 only). A lookahead run gives its histograms by output position and request type too
 (`position_calibration`: its pool fills from the output as it grows, so its steps emit more
-late in an output than early, and some requests' texts fill it sooner), and its mean candidate
-tokens per sequence and step (the tokens each fed beyond its window), which the twin feeds
-instead of a full pool's.
+late in an output than early, and some requests' texts fill it sooner), and its candidate
+n-grams per sequence and step by output position (`candidate_calibration`: fed beyond the
+window, fewer than a full pool's and fewer early in an output), which the twin feeds instead of
+a full pool's.
 """
 
 from __future__ import annotations
@@ -31,17 +32,18 @@ from simulator.decoders.acceptance import (
     AcceptanceDistribution,
     AcceptanceMixture,
 )
+from simulator.decoders.candidate_calibration import CandidateMeasurement, measure_candidates
 from simulator.decoders.chain_calibration import (
     ChainMeasurement,
     UnreachedPosition,
     fixed_length,
     measure_chain,
 )
+from simulator.decoders.lookahead_candidates import CandidatesByPosition
 from simulator.decoders.position_calibration import PositionMeasurement, measure_positions
 from simulator.stored_runs import stored_run
 from workbench.errors import WorkbenchError
 from workbench.metrics.decode_emissions import DecodeEmissions, decode_emissions
-from workbench.records import StepRecords
 from workbench.scenario.decoders import (
     DecoderConfig,
     LookaheadDecoderConfig,
@@ -64,9 +66,9 @@ class Calibration:
     chain: ChainMeasurement | None = None
     # A fixed chain's run whose types could not be measured: why (its histogram is drawn).
     types_unmeasured: str | None = None
-    # A lookahead run: candidate tokens fed per decoding sequence and step, its mean; and its
-    # histograms by output position and request type.
-    candidate_tokens: float | None = None
+    # A lookahead run: candidate n-grams fed per decoding sequence and step by output position;
+    # and its histograms by output position and request type.
+    candidates: CandidateMeasurement | None = None
     candidates_unmeasured: str | None = None  # why not (the twin then feeds a full pool)
     positions: PositionMeasurement | None = None
 
@@ -102,6 +104,13 @@ class Calibration:
         )
         return AcceptanceByPosition(self.positions.starts, rows, self.positions.type_weights)
 
+    def candidates_by_position(self, tail: int) -> CandidatesByPosition | None:
+        """A lookahead run's candidate n-grams by output position, of `tail` tokens each (None
+        from other runs and from one that did not record its window)."""
+        if self.candidates is None:
+            return None
+        return CandidatesByPosition(self.candidates.starts, self.candidates.ngrams, tail)
+
     def _rates(self, rates: np.ndarray, k: int) -> list[float]:
         """Rates of drafted positions 1..k. Beyond the run's longest draft: none accepted, as
         its histogram says, for a fixed draft's run; an adaptive run's has no histogram, so a
@@ -122,8 +131,12 @@ class Calibration:
             measured["calibrated_accepted_counts"] = self.accepted_counts.tolist()
         if self.types_unmeasured is not None:
             measured["calibrated_types_unmeasured"] = self.types_unmeasured
-        if self.candidate_tokens is not None:
-            measured["calibrated_candidate_tokens"] = round(self.candidate_tokens, 4)
+        if self.candidates is not None:
+            measured |= {
+                "calibrated_candidate_tokens": round(self.candidates.mean_tokens, 4),
+                "calibrated_candidate_ngrams": np.round(self.candidates.ngrams, 4).tolist(),
+                "calibrated_candidate_steps": self.candidates.steps,
+            }
         if self.candidates_unmeasured is not None:
             measured["calibrated_candidates_unmeasured"] = self.candidates_unmeasured
         if self.positions is not None:
@@ -159,11 +172,12 @@ def calibrate(store: ResultsStore | None, run_ref: str) -> Calibration:
     if isinstance(decoder, LookaheadDecoderConfig):
         histogram = _histogram(run, decoder, emissions)
         positions = measure_positions(emissions, _headroom(decoder), len(histogram))
-        candidates, unmeasured = _candidate_tokens(records.steps, decoder)
+        candidates = measure_candidates(emissions, records.steps, positions.starts, decoder)
+        unmeasured = candidates if isinstance(candidates, str) else None
         return Calibration(
             run_id,
             accepted_counts=histogram,
-            candidate_tokens=candidates,
+            candidates=None if isinstance(candidates, str) else candidates,
             candidates_unmeasured=unmeasured,
             positions=positions,
         )
@@ -191,21 +205,6 @@ def _histogram(run: dict, decoder: DecoderConfig, emissions: DecodeEmissions) ->
             field=FIELD,
         )
     return accepted
-
-
-def _candidate_tokens(
-    steps: StepRecords, decoder: LookaheadDecoderConfig
-) -> tuple[float | None, str | None]:
-    """Candidate tokens fed per decoding sequence and step, the run's mean (the real decoder
-    records them as drafted; each sequence it decodes adds its window to the verified
-    tokens, padding slots of a static batch nothing); or None and why, for a run whose steps
-    do not record its window (stored before schema 3)."""
-    window = decoder.window_tokens
-    windows = steps.verified_tokens - steps.drafted_tokens  # (s,) W(N−1) per live sequence
-    if (windows % window).any():
-        return None, f"its steps do not record a window of {window} tokens per sequence"
-    live = float(windows.sum()) / window  # sequence-steps
-    return float(steps.drafted_tokens.sum()) / max(live, 1.0), None
 
 
 def _decoder(run: dict) -> DecoderConfig:

@@ -116,7 +116,8 @@ def _step_model(
     if calibration is None:
         return lookahead_step_model(decoder)
     distribution, by_position = calibration.distribution(k), calibration.by_position(k)
-    return lookahead_step_model(decoder, distribution, calibration.candidate_tokens, by_position)
+    candidates = calibration.candidates_by_position(decoder.ngram - 1)
+    return lookahead_step_model(decoder, distribution, candidates, by_position)
 
 
 def _draft_cost(scenario: Scenario, store: ResultsStore | None) -> CostModel | None:

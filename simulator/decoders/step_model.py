@@ -6,9 +6,8 @@ how many of them the records count as drafted (as the real decoders do: a draft'
 lookahead's candidate n-grams but not its window), `draw` how many it emits beyond the
 first. `caps` is each sequence's room: output tokens still to emit,
 less the step's first; no sequence ever emits past its output length. A step model calibrated
-from a lookahead run computes the run's mean tokens per sequence instead of its full pool's
-(`extra_mean`): each sequence the mean's floor or, drawn with the mean's fractional part as
-its chance, its ceiling, so that the steps' tokens add up to the run's.
+from a lookahead run feeds, beside the window, the run's candidate n-grams for each sequence's
+output position instead of a full pool's (`candidates`, `lookahead_candidates`).
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from simulator.decoders.acceptance import (
     AcceptanceDistribution,
     AcceptanceMixture,
 )
+from simulator.decoders.lookahead_candidates import CandidatesByPosition
 
 
 @dataclass(frozen=True)
@@ -37,35 +37,32 @@ class StepModel:
     host_s: float = 0.0  # the implementation's host work per step beyond the forward
     # Calibrated from a chain draft's run: request types, each sequence drawing from its own.
     acceptance_types: AcceptanceMixture | None = None
-    # Calibrated from a lookahead run: tokens computed beyond the first per sequence and step,
-    # its mean over the run (the pool held fewer n-grams than its capacity); replaces
-    # `extra_by_room`, which assumes a full pool.
-    extra_mean: float | None = None
+    # Calibrated from a lookahead run: its candidate n-grams by output position (the pool held
+    # fewer than its capacity), fed beside the `undrafted` window; replaces `extra_by_room`,
+    # which assumes a full pool.
+    candidates: CandidatesByPosition | None = None
     # Calibrated from a lookahead run: its acceptance by the tokens a sequence has emitted.
     acceptance_by_position: AcceptanceByPosition | None = None
 
-    def extra_tokens(self, caps: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
-        """(b,) target tokens computed beyond one per sequence. rng: draws the calibrated
-        mean's ceiling for a share of the sequences (needed with `extra_mean` only)."""
-        if self.extra_mean is not None:
-            return self._around_mean(len(caps), rng)
+    def extra_tokens(
+        self,
+        caps: np.ndarray,
+        rng: np.random.Generator | None = None,
+        emitted: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """(b,) target tokens computed beyond one per sequence. rng and emitted (b,), the tokens
+        each sequence has emitted: the calibrated candidates' draw (needed with `candidates`
+        only)."""
+        if self.candidates is not None:
+            if rng is None or emitted is None:
+                raise ValueError("calibrated candidates are drawn by position with a generator")
+            return self.undrafted + self.candidates.tokens(rng, caps, emitted)
         room = np.minimum(caps, len(self.extra_by_room) - 1)
         return self.extra_by_room[room]
 
-    def _around_mean(self, b: int, rng: np.random.Generator | None) -> np.ndarray:
-        """(b,) the mean's floor, plus one with the mean's fractional part as the chance."""
-        assert self.extra_mean is not None
-        floor = int(np.floor(self.extra_mean))
-        share = self.extra_mean - floor
-        if share == 0.0:
-            return np.full(b, floor, dtype=np.int64)
-        if rng is None:
-            raise ValueError("a step model with a calibrated mean draws with a generator")
-        return floor + (rng.random(b) < share).astype(np.int64)
-
     def drafted_tokens(self, caps: np.ndarray, extra: np.ndarray | None = None) -> np.ndarray:
         """(b,) tokens the records count as drafted per sequence; extra: the step's
-        `extra_tokens` (needed with `extra_mean`: they were drawn)."""
+        `extra_tokens` (needed with `candidates`: they were drawn)."""
         if self.drafted_per_step is not None:
             return np.full(len(caps), self.drafted_per_step, dtype=np.int64)
         computed = self.extra_tokens(caps) if extra is None else extra  # (b,)

@@ -94,7 +94,7 @@ class MultiTokenStepper:
             caps = np.minimum(caps, self.limit(seqs))
         if self.adaptive is not None:
             caps = np.minimum(caps, self._draft_lengths(seqs))
-        extra = self.model.extra_tokens(caps, self.rng)  # (b,)
+        extra = self.model.extra_tokens(caps, self.rng, generated)  # (b,)
         accepted = self.model.draw(self.rng, caps, self._request_types(seqs), generated)
         if self.adaptive is not None:
             for seq, count in zip(seqs, accepted.tolist(), strict=True):

@@ -29,6 +29,8 @@ class DecodeEmissions:
     emitted_before: np.ndarray  # (e,) int64: request tokens before its first decode emission
     output_tokens: np.ndarray  # (e,) int64: the request's output tokens
     after_prefill: np.ndarray  # (e,) bool: the span opens with a prefill's emission
+    replica: np.ndarray  # (e,) int64: the replica whose steps made the span
+    first_step: np.ndarray  # (e,) int64: the replica's step of the span's first decode emission
 
     def with_room(self, room: int) -> np.ndarray:
         """(e,) emissions of each span whose room was at least `room`."""
@@ -82,4 +84,6 @@ def decode_emissions(records: RunRecords) -> DecodeEmissions:
         emitted_before=(before + after_prefill * tokens)[keep],
         output_tokens=output[keep],
         after_prefill=after_prefill[keep].astype(bool),
+        replica=replica[keep],
+        first_step=(first + after_prefill)[keep],
     )
