@@ -73,7 +73,7 @@ def build_steppers(
     steppers: list[MultiTokenStepper | None] = [
         MultiTokenStepper(
             model,
-            _replica_rng(scenario.seed, i),
+            _replica_rng(scenario.draw_seed(), i),
             None if draft is None else DraftCache(draft),
             limit,
             _adaptive(decoder),
@@ -98,7 +98,7 @@ def build_apar(
     if decoder.calibrate_from is not None:
         run_id, replayed = stored_trees(store, decoder.calibrate_from)
         info = {"calibrated_from": run_id, "replayed_trees": str(len(replayed))}
-    rng = component_rng(scenario.seed, "decoder.apar.trees")
+    rng = component_rng(scenario.draw_seed(), "decoder.apar.trees")
     trees = request_trees(decoder, output_tokens, rng, replayed)
     return AparBranches(trees, swap_block_s), info
 

@@ -38,7 +38,7 @@ def simulate_pipeline(
             empty_draft_share=calibration.empty_draft_share,
         )
         info["calibrated_from"] = calibration.run_id
-    rng = component_rng(scenario.seed, "decoder.pipeline")
+    rng = component_rng(scenario.draw_seed(), "decoder.pipeline")
     _one_at_a_time(workload)
     records = PipelineSimulation(timing, policy, acceptance, rng).serve(workload)
     records.info.update(info)

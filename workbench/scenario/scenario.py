@@ -64,6 +64,11 @@ class Scenario(StrictModel):
         default=None, description="`workbench plan`: SLOs, a search space and an objective."
     )
 
+    def draw_seed(self) -> int:
+        """The seed of the simulator's own draws: `simulator.draw_seed`, else the root seed."""
+        drawn = self.simulator.draw_seed
+        return self.seed if drawn is None else drawn
+
     def config_json(self) -> str:
         """Canonical JSON of the effective scenario (stable key order)."""
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))

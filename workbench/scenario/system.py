@@ -301,3 +301,11 @@ class SimulatorConfig(StrictModel):
         description="Advance decode spans between scheduling events in bulk (same results as "
         "step by step, much faster). Off: one simpy event per step.",
     )
+    draw_seed: int | None = Field(
+        default=None,
+        ge=0,
+        description="Seed of the simulator's own draws (a multi-token decoder's accepted "
+        "tokens and candidates, APAR's parametric trees, PipeInfer's acceptance); none: the "
+        "scenario's seed. Another value draws them again over the same request stream: the "
+        "spread a simulated run (a real run's twin) carries from its own sampling.",
+    )
