@@ -81,6 +81,9 @@ def main() -> None:
             if run["backend"] != "real" or args.label not in (run.get("label") or ""):
                 continue
             twin = pick(real, runs)
+            if twin is None:
+                print(f"{run.get('label')} (real {real.run_id[:8]}): no twin in the database")
+                continue
             errors = spread(store, real.run_id, twin.run_id, args.seeds)
             cells = [f"{k} {100 * v.mean():+.1f}±{100 * v.std():.1f}" for k, v in errors.items()]
             head = f"{run.get('label')} (real {real.run_id[:8]}, twin {twin.run_id[:8]})"

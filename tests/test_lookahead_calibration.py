@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -11,16 +12,18 @@ from fixtures_records import make_meta
 from scenario_helpers import SCENARIOS
 
 from simulator.decoders.calibration import calibrate
-from simulator.decoders.candidate_calibration import fill_unreached
+from simulator.decoders.candidate_calibration import fill_unreached, measure_candidates
 from simulator.decoders.position_calibration import MIN_POSITION_EMISSIONS
 from simulator.run import simulate
 from workbench.metrics.decode_emissions import DecodeEmissions, decode_emissions
-from workbench.records import EmissionSpans, RunMeta, RunRecords
+from workbench.records import EmissionSpans, RunMeta, RunRecords, StepRecords
+from workbench.scenario.decoders import LookaheadDecoderConfig
 from workbench.scenario.loader import load_scenario
 from workbench.store.db import ResultsStore
 
 LOOKAHEAD = {"kind": "lookahead", "window": 5, "ngram": 4, "candidates": 5}  # K = 3
 WINDOW = 15  # tokens of the window per sequence and step: N − 1 levels of W
+LOOKAHEAD_CONFIG = LookaheadDecoderConfig(**LOOKAHEAD)
 
 
 @pytest.fixture
@@ -246,3 +249,16 @@ def test_a_span_opened_by_the_prefill_decodes_from_its_next_step() -> None:
     emissions = decode_emissions(run)
     assert emissions.first_step.tolist() == [1] and emissions.count.tolist() == [4]
     assert emissions.emitted_before.tolist() == [1]
+
+
+def test_emissions_at_steps_the_run_did_not_record_leave_the_candidates_unmeasured() -> None:
+    """The store refuses such records; a run read otherwise gets a reason, not a crash."""
+    run = sequential_run([40] * 20, warming_up(40, 8), k=3)
+    run.steps.verified_tokens = run.steps.decode_tokens * WINDOW  # no candidates fed
+    run.steps.drafted_tokens = np.zeros_like(run.steps.drafted_tokens)
+    cut = StepRecords(**{f.name: getattr(run.steps, f.name)[:-1] for f in fields(run.steps)})
+    starts = np.array([0, 8])
+    measured = measure_candidates(decode_emissions(run), cut, starts, LOOKAHEAD_CONFIG)
+    assert measured == "its decode emissions name steps it did not record"
+    whole = measure_candidates(decode_emissions(run), run.steps, starts, LOOKAHEAD_CONFIG)
+    assert not isinstance(whole, str) and whole.ngrams.tolist() == [0.0, 0.0]
