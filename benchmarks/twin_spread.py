@@ -23,28 +23,13 @@ import numpy as np
 
 from reports.collect import collect_run
 from reports.matching import simulator_twin, speed_matched_twin
-from simulator.run import simulate
-from workbench.metrics import request_metrics
-from workbench.records import RunRecords
+from simulator.twin_draws import latency_quantiles, redrawn
 from workbench.runner import with_model_source
 from workbench.scenario.loader import validate_scenario
 from workbench.scenario.scenario import Scenario
 from workbench.store.db import ResultsStore
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
-METRICS = ("ttft_s", "tpot_s", "e2e_s")
-QUANTILES = (50, 90, 99)
-
-
-def latencies(records: RunRecords) -> dict[str, float]:
-    """The finished requests' TTFT, TPOT and E2E at each of `QUANTILES`."""
-    columns = request_metrics(records)
-    out = {}
-    for metric in METRICS:
-        values = columns[metric][~np.isnan(columns[metric])]
-        for q in QUANTILES:
-            out[f"{metric[:-2].upper()} p{q}"] = float(np.percentile(values, q))
-    return out
 
 
 def twin_scenario(store: ResultsStore, run_id: str) -> Scenario:
@@ -54,16 +39,10 @@ def twin_scenario(store: ResultsStore, run_id: str) -> Scenario:
 
 
 def spread(store: ResultsStore, real_id: str, twin_id: str, seeds: int) -> dict[str, np.ndarray]:
-    """(seeds,) errors sim / real − 1 per metric, one per draw seed."""
-    real = latencies(store.load_records(real_id))
-    scenario = twin_scenario(store, twin_id)
-    errors: dict[str, list[float]] = {name: [] for name in real}
-    for seed in range(1, seeds + 1):
-        drawn = scenario.simulator.model_copy(update={"draw_seed": seed})
-        twin = latencies(simulate(scenario.model_copy(update={"simulator": drawn}), store=store))
-        for name, value in twin.items():
-            errors[name].append(value / real[name] - 1.0)
-    return {name: np.array(values) for name, values in errors.items()}
+    """(seeds,) errors sim / real − 1 per metric, one per draw seed 1..seeds."""
+    real = latency_quantiles(store.load_records(real_id))
+    drawn = redrawn(twin_scenario(store, twin_id), store, range(1, seeds + 1))
+    return {name: values / real[name] - 1.0 for name, values in drawn.items()}
 
 
 def main() -> None:

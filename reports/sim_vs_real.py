@@ -149,7 +149,8 @@ def speed_matched_label(matched: RunData) -> str:
 
 def _drift_lines(sim: RunData) -> list[str]:
     """The calibration's own repeatability, the machine's drift since calibration and the
-    twin's price of the real run's own steps, where `--backend both` measured them."""
+    twin's price of the real run's own steps and its own sampling, where `--backend both`
+    measured them."""
     info = sim.run.get("info", {})
     return [
         f"{label}: {info[key]}"
@@ -157,11 +158,17 @@ def _drift_lines(sim: RunData) -> list[str]:
             ("calibration_repeatability", REPEATABILITY_LABEL),
             ("machine_drift", DRIFT_LABEL),
             ("step_prices", STEP_PRICES_LABEL),
+            ("draw_spread", DRAW_SPREAD_LABEL),
         )
         if info.get(key)
     ]
 
 
+DRAW_SPREAD_LABEL = (
+    "The twin's own sampling (the twin simulated again with other draw seeds over the same "
+    "requests: each latency's standard deviation over the draws, relative to its mean; an "
+    "error within about twice it is within the twin's own noise)"
+)
 REPEATABILITY_LABEL = (
     "The calibration's machine against itself (the same steps served again in the "
     "calibration's passes; the one real run a twin is checked against carries noise of this "

@@ -107,6 +107,15 @@ def test_speed_matching_needs_both_backends(tmp_path: Path, capsys) -> None:
     assert len(err.splitlines()) == 1 and "--speed-matched" in err
 
 
+def test_twin_draws_need_both_backends_and_one_draw_or_more(tmp_path: Path, capsys) -> None:
+    db = ["--db", str(tmp_path / "x.duckdb")]
+    for backend, draws, says in (("sim", "3", "--backend both"), ("both", "0", "1 or more")):
+        args = ["run", str(SCENARIO), "--backend", backend, "--twin-draws", draws, *db]
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "--twin-draws" in err and says in err
+
+
 def test_without_a_profile_nothing_runs(tiny_zoo: Path, tmp_path: Path, capsys) -> None:
     db = tmp_path / "none.duckdb"
     assert main(_run_both(db, tiny_zoo)) == 2
@@ -342,6 +351,7 @@ def test_a_speculative_twin_prices_its_draft_by_the_draft_s_profile(
         truth,
     )
 
+    from reports.sim_vs_real import DRAW_SPREAD_LABEL, pair_error_text
     from workbench.errors import WorkbenchError
     from workbench.runner import run_twins, twin_scenarios
     from workbench.scenario.loader import load_scenario
@@ -370,7 +380,11 @@ def test_a_speculative_twin_prices_its_draft_by_the_draft_s_profile(
         few = scenario.model_copy(
             update={"workload": scenario.workload.model_copy(update={"num_requests": 6})}
         )
-        (pair,) = run_twins(few, store, source=__file__, speed_matched=True)
+        (pair,) = run_twins(few, store, source=__file__, speed_matched=True, twin_draws=3)
+        spread = store.get_run(pair.sim.run_id)["info"]["draw_spread"]  # its own sampling
+        assert spread.startswith("3 draws: TTFT p50 ±") and "E2E p99 ±" in spread
+        table = pair_error_text(store, pair.real.run_id, pair.sim.run_id)
+        assert f"{DRAW_SPREAD_LABEL}: {spread}" in table
         prices = store.get_run(pair.sim.run_id)["info"]["step_prices"]
         assert "the target's share" in prices and "the draft's forwards" in prices
         assert pair.speed_matched is not None

@@ -59,6 +59,14 @@ def _parser() -> argparse.ArgumentParser:
         "price times the run's wall times over their prices), to tell the machine's drift "
         "from the model's error",
     )
+    run.add_argument(
+        "--twin-draws",
+        type=int,
+        default=1,
+        metavar="N",
+        help="--backend both: also simulate each twin with N draw seeds (simulator.draw_seed) "
+        "and print the spread of its latencies: the part of its error that is its own sampling",
+    )
     run.add_argument("--db", default=DEFAULT_DB, help=f"results database (default {DEFAULT_DB})")
     run.add_argument("--json", action="store_true", help="print the summary as JSON only")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -253,6 +261,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise WorkbenchError(
             "--speed-matched scales the twin of --backend both", field="--speed-matched"
         )
+    if args.twin_draws != 1 and args.backend != "both":
+        raise WorkbenchError("--twin-draws draws the twin of --backend both", field="--twin-draws")
+    if args.twin_draws < 1:
+        raise WorkbenchError(f"expected 1 or more, got {args.twin_draws}", field="--twin-draws")
     with ResultsStore.open(args.db) as store:
         if args.backend == "both":
             _run_twins(args, scenario, store, progress, show, percentiles)
@@ -291,7 +303,7 @@ def _run_twins(
     run_twins(
         scenario, store, source=args.file, profile=args.profile, progress=progress,
         on_outcome=show_pair, label=args.label, percentiles=percentiles,
-        speed_matched=args.speed_matched,
+        speed_matched=args.speed_matched, twin_draws=args.twin_draws,
     )  # fmt: skip
 
 

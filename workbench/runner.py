@@ -209,6 +209,7 @@ def run_twins(
     label: str | None = None,
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
     speed_matched: bool = False,
+    twin_draws: int = 1,
 ) -> list[TwinOutcome]:
     """`workbench run --backend both`: each point on the real backend, then on the
     simulator with a calibrated cost model, stored as a pair (the simulated run's
@@ -220,7 +221,10 @@ def run_twins(
     scenario's model, device and dtype.
     speed_matched: also simulate the point with every price scaled to the real run's
     measured speed (`served_price_scale`), stored with `info.speed_matched_twin_of`: a
-    diagnostic that reads the machine's speed from the real run, so not the check itself."""
+    diagnostic that reads the machine's speed from the real run, so not the check itself.
+    twin_draws: above 1, the twin is also simulated with that many draw seeds (its own, then
+    the next ones; not stored) and the spread of its latencies is stored in its
+    `info.draw_spread`: the part of its error that is its own sampling."""
     points = expand(scenario, source=source)
     outcomes = []
     for index, point in enumerate(points, start=1):
@@ -229,7 +233,7 @@ def run_twins(
             position=(index, len(points)),
         )  # fmt: skip
         try:
-            outcome = _run_twin(point, store, profile, run, speed_matched)
+            outcome = _run_twin(point, store, profile, run, speed_matched, twin_draws)
         except WorkbenchError as error:
             raise error.with_source(point_source(source, point.values)) from None
         for each in (outcome.real, outcome.sim, outcome.speed_matched):
@@ -247,6 +251,7 @@ def _run_twin(
     profile: str | None,
     run: PointRunner,
     speed_matched: bool,
+    twin_draws: int = 1,
 ) -> TwinOutcome:
     real, sim = twin_scenarios(point.scenario, store, profile)
     _preflight_point(sim, store)  # a bad profile fails before the real run
@@ -263,6 +268,8 @@ def _run_twin(
     repeatability = _calibration_repeatability(sim, store)
     if repeatability is not None:
         info["calibration_repeatability"] = repeatability
+    if twin_draws > 1:
+        info["draw_spread"] = _draw_spread(sim, store, twin_draws)
     sim_run = run(SweepPoint(point.values, sim), info=info)
     matched = None
     if speed_matched and prices is not None and prices.scale is not None:
@@ -271,6 +278,14 @@ def _run_twin(
             info={"speed_matched_twin_of": real_run.run_id},
         )
     return TwinOutcome(real_run, sim_run, matched)
+
+
+def _draw_spread(sim: Scenario, store: ResultsStore, draws: int) -> str:
+    """The twin's latency quantiles over `draws` draw seeds (its own, then the next)."""
+    from simulator.twin_draws import redrawn, spread_text
+
+    first = sim.draw_seed()
+    return spread_text(redrawn(with_model_source(sim), store, range(first, first + draws)))
 
 
 def _at_price_scale(sim: Scenario, scale: float, draft_scale: float | None) -> Scenario:
