@@ -162,3 +162,30 @@ def test_a_served_runs_steps_are_priced_by_kind_and_decode_band() -> None:
     bands = [name for name in errors if name.startswith("decode, batch")]
     assert bands == sorted(bands, key=lambda name: int(name.split()[-1].split("-")[0].strip("+")))
     assert "decode, batch 2-4 -9.1% (median |error| 9.1%" in served_errors_text(fitted, served)
+
+
+def test_a_served_runs_verify_steps_are_priced_by_batch_band() -> None:
+    """Verifications at batch 5-8 ran 20 % over the model (a multi-token decoder's host work
+    growing with the batch): their band shows it, every other band is exact, and each kind's
+    bands follow its total, decode's before verify's."""
+    from simulator.cost_models.calibrated import served_errors
+
+    known = truth()
+    works = grid_works()
+    fitted, _ = _model_from([known.step_time_s(w) for w in works])
+    slow = [work_kind(w) == "verify" and 5 <= w.decode_batch_size <= 8 for w in works]
+    served = points_of(
+        works,
+        [known.step_time_s(w) * (1.2 if s else 1.0) for w, s in zip(works, slow, strict=True)],
+    )[::-1]
+    errors = served_errors(fitted, served)
+    assert np.isclose(errors["verify, batch 5-8"][3], 1 / 1.2)
+    assert errors["verify, batch 5-8"][0] == sum(slow)
+    assert np.isclose(errors["verify, batch 1"][3], 1.0)
+    assert np.isclose(errors["decode, batch 5-8"][3], 1.0)
+    verify_bands = [name for name in errors if name.startswith("verify, batch")]
+    assert verify_bands == ["verify, batch 1", "verify, batch 2-4", "verify, batch 5-8"]
+    names = list(errors)
+    assert max(names.index(n) for n in errors if n.startswith("decode, batch")) < names.index(
+        "verify, batch 1"
+    )

@@ -126,6 +126,22 @@ def test_thin_position_ranges_join_the_range_before_them(store: ResultsStore) ->
     assert starts.tolist() == [0, 4, 8, 16]  # past 32 tokens: one emission a request at most
 
 
+def test_a_range_few_requests_reach_joins_the_range_before_it(store: ResultsStore) -> None:
+    """150 requests of 40 tokens and 50 of 100, the long ones accepting 1 token a step past 64
+    tokens emitted: past 64 they emit hundreds of times, but only a quarter of the requests do,
+    so the range joins 32-64 (the twin would carry it to every later position)."""
+    accept = [warming_up(40, 8)] * 150 + [
+        (lambda room: 0 if 99 - room < 8 else (1 if 99 - room >= 64 else 3))
+    ] * 50
+    store.write_run(lookahead_meta("look6"), sequential_run([40] * 150 + [100] * 50, accept, k=3))
+    positions = calibrate(store, "look6").positions
+    assert positions is not None
+    late = decode_emissions(store.load_records("look6")).at_positions(3, 64, 100).sum()
+    assert late >= MIN_POSITION_EMISSIONS  # thin by its requests, not its emissions
+    assert positions.starts.tolist() == [0, 4, 8, 16, 32]
+    assert positions.counts[-1][1] >= late  # the slow late steps are in the range before
+
+
 def fed_by_position(run: RunRecords, early: Callable[[int], int], late: int = 4) -> np.ndarray:
     """(s,) candidate tokens a sequential run's decoding sequence is fed in each step: early(its
     request) n-grams over its first 8 tokens and `late` after (of a full pool's 5), each cut to

@@ -498,20 +498,29 @@ def batch_band(batch_size: int) -> str:
     return f"{low}+"
 
 
+# Step kinds whose served steps are also priced by batch band: a price that is right in sum
+# but wrong in its growth with the batch shows there (and a loaded twin queues on it).
+BANDED_KINDS = ("decode", "verify")
+
+
 def served_errors(
     model: CalibratedCostModel, points: list[ProfilePoint]
 ) -> dict[str, tuple[int, float, float, float]]:
-    """`fit_errors` of a served run's own steps, its decode steps by batch band as well: the
-    twin's price of each step the real engine ran, apart from how the twin's steps differ."""
+    """`fit_errors` of a served run's own steps, its decode and verify steps by batch band as
+    well: the twin's price of each step the real engine ran, apart from how the twin's steps
+    differ."""
     predicted = predicted_s(model, points)
     errors = _errors_by(points, predicted, lambda point: point.kind)
-    decode = [i for i, point in enumerate(points) if point.kind == "decode"]
-    decode_points = sorted((points[i].decode_batch_size, i) for i in decode)
-    ordered = [i for _, i in decode_points]  # bands in batch order
+    banded = sorted(
+        (BANDED_KINDS.index(point.kind), point.decode_batch_size, i)
+        for i, point in enumerate(points)
+        if point.kind in BANDED_KINDS
+    )
+    ordered = [i for *_, i in banded]  # each kind's bands in batch order
     return errors | _errors_by(
         [points[i] for i in ordered],
         predicted[ordered],
-        lambda point: f"decode, batch {batch_band(point.decode_batch_size)}",
+        lambda point: f"{point.kind}, batch {batch_band(point.decode_batch_size)}",
     )
 
 
