@@ -16,6 +16,7 @@ from simulator.cost_models.calibrated import (
 )
 from simulator.cost_models.calibrated_fit import work_kind
 from simulator.cost_models.least_squares import non_negative_least_squares
+from workbench.store.profiles import ProfilePoint
 
 
 def _model_from(seconds: list[float]) -> tuple[CalibratedCostModel, list]:
@@ -140,19 +141,28 @@ def test_batch_bands_cover_every_size_once() -> None:
     ]  # fmt: skip
 
 
+def served_with_a_slow_band(
+    kind: str, low: int, high: int, factor: float
+) -> tuple[CalibratedCostModel, list[ProfilePoint], list[bool]]:
+    """The model fitted to the grid's true times, and the grid served with the steps of one
+    kind at batch `low`-`high` `factor` times slower (largest batches first: the bands must
+    still list in batch order); which steps were slowed."""
+    known = truth()
+    works = grid_works()
+    fitted, _ = _model_from([known.step_time_s(w) for w in works])
+    slow = [work_kind(w) == kind and low <= w.decode_batch_size <= high for w in works]
+    seconds = [
+        known.step_time_s(w) * (factor if s else 1.0) for w, s in zip(works, slow, strict=True)
+    ]
+    return fitted, points_of(works, seconds)[::-1], slow
+
+
 def test_a_served_runs_steps_are_priced_by_kind_and_decode_band() -> None:
     """Served steps whose decodes at batch 2-4 ran 10 % over the model: that band's summed
     price is 1 / 1.1 of its wall time, every other band and kind exact."""
     from simulator.cost_models.calibrated import served_errors, served_errors_text
 
-    known = truth()
-    works = grid_works()
-    fitted, _ = _model_from([known.step_time_s(w) for w in works])
-    slow = [work_kind(w) == "decode" and 2 <= w.decode_batch_size <= 4 for w in works]
-    served = points_of(
-        works,
-        [known.step_time_s(w) * (1.1 if s else 1.0) for w, s in zip(works, slow, strict=True)],
-    )[::-1]  # largest batches first: the bands still list in batch order
+    fitted, served, slow = served_with_a_slow_band("decode", 2, 4, 1.1)
     errors = served_errors(fitted, served)
     assert np.isclose(errors["decode, batch 2-4"][3], 1 / 1.1)
     assert errors["decode, batch 2-4"][0] == sum(slow)
@@ -170,14 +180,7 @@ def test_a_served_runs_verify_steps_are_priced_by_batch_band() -> None:
     bands follow its total, decode's before verify's."""
     from simulator.cost_models.calibrated import served_errors
 
-    known = truth()
-    works = grid_works()
-    fitted, _ = _model_from([known.step_time_s(w) for w in works])
-    slow = [work_kind(w) == "verify" and 5 <= w.decode_batch_size <= 8 for w in works]
-    served = points_of(
-        works,
-        [known.step_time_s(w) * (1.2 if s else 1.0) for w, s in zip(works, slow, strict=True)],
-    )[::-1]
+    fitted, served, slow = served_with_a_slow_band("verify", 5, 8, 1.2)
     errors = served_errors(fitted, served)
     assert np.isclose(errors["verify, batch 5-8"][3], 1 / 1.2)
     assert errors["verify, batch 5-8"][0] == sum(slow)
