@@ -284,6 +284,33 @@ def test_drift_is_not_measured_without_the_profiles_checkpoint_or_probes(tiny_zo
     assert here.kernels == "reference"  # recorded before kernels were: that day's CPU set
 
 
+def test_drift_is_read_against_the_profiles_median_pass(tiny_zoo: Path) -> None:
+    """Three passes of each drift probe, the first in a slow spell: the reference is the
+    middle pass's median step, not the first pass's."""
+    from calibration_helpers import profile
+
+    from real_backend.calibration.drift import DRIFT_PROBES, DriftProbe, median_pass_ms
+    from workbench.store.profiles import ProfilePoint
+
+    def steps(probe: str, ms: list[float]) -> list[ProfilePoint]:
+        return [
+            ProfilePoint(probe, i + 1, (), (), 4, 400, 0, 0, 0.9e-3 * t, 1e-3 * t)
+            for i, t in enumerate(ms)
+        ]
+
+    here = profile()
+    here.checkpoint = str(tiny_zoo / "tiny" / "target")
+    points = []
+    for name in DRIFT_PROBES["test"]:
+        points += steps(f"{name}@1", [5.6, 5.7, 5.8]) + steps(f"{name}@2", [3.0, 3.1, 3.2])
+        points += steps(f"{name}@3", [3.2, 3.3, 3.4])
+    drift = DriftProbe.of(here, points)
+    assert drift is not None
+    assert drift.profile_ms == pytest.approx(dict.fromkeys(DRIFT_PROBES["test"], 3.3))
+    assert median_pass_ms(points, "decode-b4-p48") == pytest.approx(3.3)
+    assert median_pass_ms(points, "decode-b4") is None  # a probe name, not a prefix
+
+
 def test_the_twin_prefers_a_profile_of_the_runs_kernels(tiny_zoo: Path, tmp_path: Path) -> None:
     from calibration_helpers import grid_works, points_of, profile, store_profile, truth
 

@@ -4,8 +4,12 @@ A simulated twin priced by a calibration profile can be no closer to its real ru
 machine is to itself: on a shared CPU the same probe measured half an hour apart differs by
 10-30 %. So `--backend both` serves a decode probe and a mixed probe of the profile's grid
 again, right before and right after the real run, on the same checkpoint, device, dtype and
-kernels, and compares their median step time with the profile's first pass (the same
-workload). A twin error of the size of the drift is the machine's, not the model's.
+kernels, and compares their median step time with the profile's median pass of the probe (the
+median over its passes of each pass's median step; every pass runs the same steps). Not the
+first pass alone: one slow pass would read as drift in every run priced by the profile (on
+2026-11-28 the first of three passes of decode-b8-p384 took 5.67 ms a step, the others 3.10
+and 3.29 ms, and it read −28 to −42 % around four runs whose own steps the profile priced
+within 5 %). A twin error of the size of the drift is the machine's, not the model's.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ DRIFT_PROBES = {"standard": ("decode-b8-p384", "mixed-b16"), "test": ("decode-b4
 @dataclass(frozen=True)
 class ProbeDrift:
     probe: str
-    profile_ms: float  # median step time in the profile's first pass of the probe
+    profile_ms: float  # median step time in the profile's median pass of the probe
     now_ms: float  # median step time served now
 
     @property
@@ -49,11 +53,10 @@ class DriftProbe:
         grid = get_grid(profile.grid, ModelArgs.from_folder(self.folder).context_tokens)
         names = DRIFT_PROBES.get(profile.grid, ())
         self.warmup = grid.warmup
-        # the first pass's points: the same seed, so the same workload, as served again
         self.profile_ms = {
             p.name: ms
             for p in grid.probes
-            if p.name in names and (ms := _median_ms(points, f"{p.name}@1")) is not None
+            if p.name in names and (ms := median_pass_ms(points, p.name)) is not None
         }
         self.probes: list[Probe] = [p for p in grid.probes if p.name in self.profile_ms]
 
@@ -95,9 +98,16 @@ class DriftProbe:
             return f"not measured ({type(e).__name__}: {e})"
 
 
-def _median_ms(points: list[ProfilePoint], probe_run: str) -> float | None:
-    mine = [p for p in points if p.probe == probe_run]
-    return _median_of(mine) if mine else None
+def median_pass_ms(points: list[ProfilePoint], probe: str) -> float | None:
+    """The median over the profile's passes of `probe` (runs `probe@1`, `probe@2`, ...) of
+    each pass's median step time, in ms; None where the profile never served it."""
+    passes: dict[str, list[ProfilePoint]] = {}
+    for point in points:
+        if point.probe.rsplit("@", 1)[0] == probe:
+            passes.setdefault(point.probe, []).append(point)
+    if not passes:
+        return None
+    return float(np.median([_median_of(steps) for steps in passes.values()]))
 
 
 def _median_of(points: list[ProfilePoint]) -> float:
