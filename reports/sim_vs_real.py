@@ -9,7 +9,7 @@ pair's draft forwards, per drafting step and per drafted token (`reports.step_wa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -210,6 +210,37 @@ def speed_matched_text(store: ResultsStore, real_id: str, matched_id: str | None
     return "\n".join(
         [*_error_lines(real, matched, "at the run's speed"), speed_matched_label(matched)]
     )
+
+
+# The twin's diagnostics `--backend both` stores in its info, by key.
+DIAGNOSTICS = ("calibration_repeatability", "machine_drift", "step_prices", "draw_spread")
+
+
+def pair_error_json(
+    store: ResultsStore, real_id: str, sim_id: str, matched_id: str | None = None
+) -> dict[str, Any]:
+    """What `pair_error_text` and `speed_matched_text` print, as one JSON object (`workbench
+    run --backend both --json`): per compared figure the real and simulated values and the
+    error (sim / real − 1, None where it is undefined), then the twin's diagnostics."""
+    real, sim = collect_run(store, real_id), collect_run(store, sim_id)
+    info = sim.run.get("info", {})
+    pair: dict[str, Any] = {"real": real_id, "sim": sim_id, "errors": _error_json(real, sim)}
+    pair["diagnostics"] = {key: info[key] for key in DIAGNOSTICS if info.get(key)}
+    if matched_id is not None:
+        matched = collect_run(store, matched_id)
+        pair["at_run_speed"] = {
+            "sim": matched_id,
+            "price_scale": matched.config.get("cost_model", {}).get("price_scale"),
+            "errors": _error_json(real, matched),
+        }
+    return {"pair": pair}
+
+
+def _error_json(real: RunData, sim: RunData) -> dict[str, dict[str, float | None]]:
+    return {
+        label: {"real": rv, "sim": sv, "error": error(sv, rv)}
+        for label, rv, sv, _ in error_rows(real, sim)
+    }
 
 
 def _error_lines(real: RunData, sim: RunData, title: str) -> list[str]:

@@ -100,6 +100,34 @@ def test_a_twin_at_the_real_runs_speed_is_stored_beside_the_pair(
     assert f"every price × {scale:.4f}" in report
 
 
+def test_json_output_carries_each_pairs_error_table(tiny_zoo: Path, tmp_path: Path, capsys) -> None:
+    """`--json`: a line per run, then the pair's errors (as the stored runs give them), the
+    twin at the run's speed and the twin's diagnostics."""
+    from reports.collect import collect_run
+    from reports.sim_vs_real import error, error_rows
+
+    db = tmp_path / "json.duckdb"
+    out = _calibrate_then_run_both(db, tiny_zoo, capsys, "--speed-matched", "--json")
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [("pair" in line) for line in lines] == [False, False, False, True]
+    pair = lines[-1]["pair"]
+    assert (pair["real"], pair["sim"], pair["at_run_speed"]["sim"]) == tuple(
+        line["run_id"] for line in lines[:3]
+    )
+    with ResultsStore.open(db, read_only=True) as store:
+        real, sim = collect_run(store, pair["real"]), collect_run(store, pair["sim"])
+        matched = collect_run(store, pair["at_run_speed"]["sim"])
+    rows = error_rows(real, sim)
+    assert list(pair["errors"]) == [label for label, *_ in rows]
+    for label, rv, sv, _ in rows:
+        assert pair["errors"][label] == {"real": rv, "sim": sv, "error": error(sv, rv)}
+    median = pair["at_run_speed"]["errors"]["TPOT median (ms)"]
+    assert median["sim"] == matched.summary["median_tpot_ms"]
+    assert pair["at_run_speed"]["price_scale"] == matched.config["cost_model"]["price_scale"]
+    assert set(pair["diagnostics"]) == {"machine_drift", "step_prices"}  # one pass: no spread
+    assert pair["diagnostics"]["step_prices"] == sim.run["info"]["step_prices"]
+
+
 def test_speed_matching_needs_both_backends(tmp_path: Path, capsys) -> None:
     args = ["run", str(SCENARIO), "--backend", "sim", "--speed-matched"]
     assert main([*args, "--db", str(tmp_path / "x.duckdb")]) == 2

@@ -68,7 +68,11 @@ def _parser() -> argparse.ArgumentParser:
         "and print the spread of its latencies: the part of its error that is its own sampling",
     )
     run.add_argument("--db", default=DEFAULT_DB, help=f"results database (default {DEFAULT_DB})")
-    run.add_argument("--json", action="store_true", help="print the summary as JSON only")
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary as JSON only (with --backend both, each pair's error table too)",
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument(
         "--label", help="a name stored with the run(s), to tell apart runs of one configuration"
@@ -288,17 +292,20 @@ def _run_twins(
     from workbench.runner import run_twins
 
     def show_pair(pair: Any) -> None:
+        from reports.sim_vs_real import pair_error_json, pair_error_text, speed_matched_text
+
         show(pair.real)
         show(pair.sim)
         if pair.speed_matched is not None:
             show(pair.speed_matched)
-        if not args.json:
-            from reports.sim_vs_real import pair_error_text, speed_matched_text
-
-            print(pair_error_text(store, pair.real.run_id, pair.sim.run_id), flush=True)
-            if args.speed_matched:
-                matched = pair.speed_matched.run_id if pair.speed_matched else None
-                print(speed_matched_text(store, pair.real.run_id, matched), flush=True)
+        matched = pair.speed_matched.run_id if pair.speed_matched else None
+        if args.json:
+            line = pair_error_json(store, pair.real.run_id, pair.sim.run_id, matched)
+            print(json.dumps(line), flush=True)
+            return
+        print(pair_error_text(store, pair.real.run_id, pair.sim.run_id), flush=True)
+        if args.speed_matched:
+            print(speed_matched_text(store, pair.real.run_id, matched), flush=True)
 
     run_twins(
         scenario, store, source=args.file, profile=args.profile, progress=progress,
