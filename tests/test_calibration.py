@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +95,38 @@ def test_a_fixed_draft_s_run_gives_its_twin_request_types(store: ResultsStore) -
     simulated = mean_tokens_per_step(simulate(scenario, store=store))
     # 1,500 draws of a type: a share within 0.05 is about four standard deviations.
     assert np.mean(simulated < 2.5) == pytest.approx(measured.chain.type_weights[0], abs=0.05)
+
+
+def kinds_of_request(n: int, rates: tuple[float, ...], seed: int) -> list[Callable[[int], int]]:
+    """Each request accepts a drafted token with one of `rates`, drawn alike; every first
+    decode step accepts none."""
+    rng = np.random.default_rng(seed)
+
+    def request(rate: float) -> Callable[[int], int]:
+        steps = iter(range(10**6))
+
+        def accept(room: int) -> int:
+            accepted = np.append(rng.random(4) < rate, False)  # the first rejection ends it
+            return 0 if next(steps) == 0 else int(np.argmin(accepted))
+
+        return accept
+
+    return [request(float(rng.choice(rates))) for _ in range(n)]
+
+
+def test_as_many_request_types_as_the_run_holds(store: ResultsStore) -> None:
+    """Five kinds of request, a fifth each: the fit finds five types, not the three a lower
+    cap on BIC's choice would force (which merges kinds and narrows the twin's tails)."""
+    rates = (0.1, 0.3, 0.55, 0.8, 0.97)
+    store.write_run(
+        speculative_meta("five", k=4),
+        sequential_run([160] * 600, kinds_of_request(600, rates, 3), k=4),
+    )
+    chain = calibrate(store, "five").chain
+    assert chain is not None and len(chain.type_weights) == 5
+    order = np.argsort(chain.type_rates[:, 0])
+    assert chain.type_weights[order] == pytest.approx([0.2] * 5, abs=0.05)
+    assert chain.type_rates[order, 0] == pytest.approx(rates, abs=0.05)
 
 
 def test_a_longer_simulated_draft_accepts_nothing_past_the_run_s_k(store: ResultsStore) -> None:

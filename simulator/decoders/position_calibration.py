@@ -19,7 +19,7 @@ Requests differ too: some texts repeat and fill their pool sooner (past its firs
 expected speed, and a twin's per-request latency spread too narrow (TPOT p90 and p99 8-28 %
 short). The rows are a mixture of request types instead, each with its own rows, fitted by
 expectation-maximisation over the run's requests (one type per request, for all its
-emissions), with as many types (1-3) as the Bayesian information criterion prefers; a type's
+emissions), with as many types (1-8) as the Bayesian information criterion prefers; a type's
 rows are smoothed towards the pooled rows by `SMOOTHING` emissions each, so that a range a
 type never reached is the pooled one there.
 """
@@ -46,7 +46,7 @@ POSITION_STARTS = (0, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 MIN_POSITION_EMISSIONS = 100  # a mean of 1-4 tokens per step to about ±0.1
 MIN_POSITION_REACH = 0.5  # share of the measured requests a range must hold emissions of
 SMOOTHING = 1.0  # pooled emissions added to each type's range: no probability is 0
-# 1-3 types, fitted as a speculative chain's are (`chain_calibration`).
+# 1-8 types (BIC chose 3 on `small`), fitted as a speculative chain's are (`chain_calibration`).
 FLOOR = 1e-300  # keeps divisions and logs of empty rows and types finite
 
 
