@@ -103,14 +103,23 @@ def two_kinds_of_request(n: int, seed: int) -> list[Callable[[int], int]]:
     """40 % of requests accept a drafted token with rate 0.3, 60 % with 0.9; every first
     decode step accepts none."""
     rng = np.random.default_rng(seed)
+    return [request_of_rate(0.3 if rng.random() < 0.4 else 0.9, rng) for _ in range(n)]
 
-    def request(rate: float) -> Callable[[int], int]:
-        steps = iter(range(10**6))
 
-        def accept(room: int) -> int:
-            accepted = np.append(rng.random(4) < rate, False)  # the first rejection ends it
-            return 0 if next(steps) == 0 else int(np.argmin(accepted))
+def kinds_of_request(n: int, rates: tuple[float, ...], seed: int) -> list[Callable[[int], int]]:
+    """Each request accepts a drafted token with one of `rates`, drawn alike; every first
+    decode step accepts none."""
+    rng = np.random.default_rng(seed)
+    return [request_of_rate(float(rng.choice(rates)), rng) for _ in range(n)]
 
-        return accept
 
-    return [request(0.3 if rng.random() < 0.4 else 0.9) for _ in range(n)]
+def request_of_rate(rate: float, rng: np.random.Generator) -> Callable[[int], int]:
+    """accept(room) of a request accepting each of 4 drafted tokens with `rate` until the
+    first rejection; its first decode step accepts none."""
+    steps = iter(range(10**6))
+
+    def accept(room: int) -> int:
+        accepted = np.append(rng.random(4) < rate, False)  # the first rejection ends it
+        return 0 if next(steps) == 0 else int(np.argmin(accepted))
+
+    return accept

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-from burst_records import draw_from, sequential_run, speculative_meta, two_kinds_of_request
+from burst_records import (
+    draw_from,
+    kinds_of_request,
+    sequential_run,
+    speculative_meta,
+    two_kinds_of_request,
+)
 from fixtures_records import RequestSpec, make_meta, make_records
 from scenario_helpers import SCENARIOS
 
@@ -95,23 +100,6 @@ def test_a_fixed_draft_s_run_gives_its_twin_request_types(store: ResultsStore) -
     simulated = mean_tokens_per_step(simulate(scenario, store=store))
     # 1,500 draws of a type: a share within 0.05 is about four standard deviations.
     assert np.mean(simulated < 2.5) == pytest.approx(measured.chain.type_weights[0], abs=0.05)
-
-
-def kinds_of_request(n: int, rates: tuple[float, ...], seed: int) -> list[Callable[[int], int]]:
-    """Each request accepts a drafted token with one of `rates`, drawn alike; every first
-    decode step accepts none."""
-    rng = np.random.default_rng(seed)
-
-    def request(rate: float) -> Callable[[int], int]:
-        steps = iter(range(10**6))
-
-        def accept(room: int) -> int:
-            accepted = np.append(rng.random(4) < rate, False)  # the first rejection ends it
-            return 0 if next(steps) == 0 else int(np.argmin(accepted))
-
-        return accept
-
-    return [request(float(rng.choice(rates))) for _ in range(n)]
 
 
 def test_as_many_request_types_as_the_run_holds(store: ResultsStore) -> None:
