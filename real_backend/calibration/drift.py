@@ -8,8 +8,9 @@ kernels, and compares their median step time with the profile's median pass of t
 median over its passes of each pass's median step; every pass runs the same steps). Not the
 first pass alone: one slow pass would read as drift in every run priced by the profile (on
 2026-11-28 the first of three passes of decode-b8-p384 took 5.67 ms a step, the others 3.10
-and 3.29 ms, and it read −28 to −42 % around four runs whose own steps the profile priced
-within 5 %). A twin error of the size of the drift is the machine's, not the model's.
+and 3.29 ms, and it read −28 to −42 % before and after two runs whose own verify steps the
+profile priced +4.7 and +0.6 %). A twin error of the size of the drift is the machine's, not
+the model's.
 """
 
 from __future__ import annotations

@@ -121,9 +121,10 @@ def _standard() -> Grid:
     for clients in (4, 16, 32):
         probes.append(Probe(f"mixed-b{clients}", 4 * clients, (16, 320), (8, 96), clients, clients))
     probes.append(Probe("mixed-b16-c128", 64, (16, 320), (8, 96), 16, 16, chunk_size=128))
-    # Batches 2 and 4 since 2026-11-28: the verify curve runs over a step's tokens, and
-    # between one sequence of 9 and eight of 16 it priced a speculative step's two to four
-    # chains of 5 tokens 12-26 % over their wall time on an Intel CPU.
+    # Batches 2 and 4 since 2026-11-28: the verify curve runs over a step's tokens, and a
+    # speculative step's two to four chains of 5 fell between one sequence of 9 and eight of
+    # 16, where one probe's noise moved their price by 20 points (two profiles of an Intel
+    # CPU 35 minutes apart: +12 to +26 % and −0.5 to +0.7 % on the same served steps).
     for width in (1, 2, 4, 8):
         for batch in (1, 2, 4, 8, 32):
             name = f"verify-w{width}-b{batch}"

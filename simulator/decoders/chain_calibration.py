@@ -42,8 +42,8 @@ from workbench.scenario.decoders import AdaptiveKConfig
 from workbench.scheduling.adaptive_draft import AdaptiveDraftLength
 
 # The most types BIC may choose. A cap of 3 bound on the zoo's `small` pair, whose run BIC
-# gives 7 of 8 (2026-11-28: a slow tail of requests the three types left out, the twins'
-# TPOT p99 14 % short on eight held-out runs, 6 % with 8); each fit takes milliseconds.
+# gives 7 of 8 (2026-11-28: a slow tail of requests the three types merged; the twins' TPOT
+# p99 14 % short on average over eight held-out runs, 5 % with 8); each fit takes milliseconds.
 MAX_TYPES = 8
 EM_ITERATIONS = 500
 EM_TOLERANCE = 1e-9  # relative change of the log-likelihood that ends the fit
