@@ -75,7 +75,15 @@ def test_calibrate_stores_every_probe_step_and_exports_csv(
     assert verify.decode_extra_tokens == 2 * batch
     assert verify.decode_extra_context_sum == 2 * keys + 3 * batch
     assert main(_calibrate_cli(db, tiny_zoo)) == 0  # again: nothing to measure
-    assert "is complete already" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "is complete already" in out and "older grid" not in out
+    # A grid grown since the profile was measured: said so, the profile still complete.
+    with duckdb.connect(str(db)) as con:
+        con.execute("DELETE FROM profile_points WHERE probe = 'decode-b4-p48@1'")
+    assert main(_calibrate_cli(db, tiny_zoo)) == 0
+    out = capsys.readouterr().out
+    assert "is complete already" in out
+    assert "measured with an older grid: it lacks 1 probe run(s) of today's test grid" in out
     assert profile.verify_revision == VERIFY_REVISION
     # A profile whose verifications were measured the old way is not complete: measured anew.
     info = {k: v for k, v in profile.info.items() if k != "verify_revision"}

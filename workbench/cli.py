@@ -404,6 +404,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         points = store.profile_points(profile.profile_id)
         if outcome.already_complete:
             print(f"{profile.describe()} is complete already (give --again to measure anew)")
+            if outcome.not_in_profile:
+                missing = len(outcome.not_in_profile)
+                print(
+                    f"  measured with an older grid: it lacks {missing} probe run(s) of today's "
+                    f"{args.grid} grid (--again measures the current grid)"
+                )
         else:
             resumed = f", {len(outcome.skipped)} stored before" if outcome.skipped else ""
             print(f"{profile.describe()}: measured {len(outcome.measured)} probes{resumed}")

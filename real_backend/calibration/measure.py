@@ -11,7 +11,7 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -57,6 +57,7 @@ class CalibrationOutcome:
     measured: list[str]  # probes measured now
     skipped: list[str]  # probes already stored (a resumed calibration)
     already_complete: bool = False
+    not_in_profile: list[str] = field(default_factory=list)  # a complete profile of an older grid
 
 
 def resolve_target(
@@ -107,9 +108,10 @@ def calibrate(
     profile_name = name or default_name(target)
     profile = _resume_or_new(store, target, grid, profile_name, args, again)
     done = store.profile_probes_done(profile.profile_id)
-    if profile.complete:
-        return CalibrationOutcome(profile, [], sorted(done), already_complete=True)
     runs = grid.runs()
+    if profile.complete:
+        older = [run.name for run in runs if run.name not in done]  # the grid grew since
+        return CalibrationOutcome(profile, [], sorted(done), True, older)
     todo = [run for run in runs if run.name not in done]
     model = load_checkpoint(target.folder, DTYPES[target.dtype], target.device)
     model.use_kernels(target.kernels)
