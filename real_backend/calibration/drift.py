@@ -26,6 +26,7 @@ from real_backend.model.config import ModelArgs
 from real_backend.model.loading import load_checkpoint
 from real_backend.serve import DTYPES, eos_token_ids
 from workbench.store.profiles import Profile, ProfilePoint
+from workbench.store.repeatability import passes_by_probe
 
 __all__ = ["DRIFT_PROBES", "DriftProbe", "ProbeDrift", "drift_text"]
 
@@ -102,10 +103,7 @@ class DriftProbe:
 def median_pass_ms(points: list[ProfilePoint], probe: str) -> float | None:
     """The median over the profile's passes of `probe` (runs `probe@1`, `probe@2`, ...) of
     each pass's median step time, in ms; None where the profile never served it."""
-    passes: dict[str, list[ProfilePoint]] = {}
-    for point in points:
-        if point.probe.rsplit("@", 1)[0] == probe:
-            passes.setdefault(point.probe, []).append(point)
+    passes = passes_by_probe(points).get(probe)
     if not passes:
         return None
     return float(np.median([_median_of(steps) for steps in passes.values()]))

@@ -111,7 +111,9 @@ def calibrate(
     runs = grid.runs()
     if profile.complete:
         older = [run.name for run in runs if run.name not in done]  # the grid grew since
-        return CalibrationOutcome(profile, [], sorted(done), True, older)
+        return CalibrationOutcome(
+            profile, [], sorted(done), already_complete=True, not_in_profile=older
+        )
     todo = [run for run in runs if run.name not in done]
     model = load_checkpoint(target.folder, DTYPES[target.dtype], target.device)
     model.use_kernels(target.kernels)

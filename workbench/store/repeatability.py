@@ -44,7 +44,7 @@ def pass_spread(points: Iterable[ProfilePoint]) -> PassSpread | None:
     """The profile's pass-to-pass spread, or None where no probe ran the same steps in
     MIN_PASSES passes or more."""
     deviations, weights = [], []
-    repeated = [p for p in _passes_by_probe(points).values() if _repeats(p)]
+    repeated = [p for p in passes_by_probe(points).values() if _repeats(p)]
     for passes in repeated:
         totals = np.array([sum(p.step_s for p in steps) for steps in passes.values()])  # (k,)
         middle = float(np.median(totals))
@@ -64,7 +64,7 @@ def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> flo
     return float(values[order][np.searchsorted(cumulative, q)])
 
 
-def _passes_by_probe(points: Iterable[ProfilePoint]) -> dict[str, dict[str, list[ProfilePoint]]]:
+def passes_by_probe(points: Iterable[ProfilePoint]) -> dict[str, dict[str, list[ProfilePoint]]]:
     """probe name → its runs (`name@pass`) → their points in step order."""
     probes: dict[str, dict[str, list[ProfilePoint]]] = {}
     for point in sorted(points, key=lambda p: (p.probe, p.step)):
