@@ -55,16 +55,17 @@ def padded_profile_info() -> dict[str, str]:
     return {"kernels": "reference", "decode_attention": "padded"}
 
 
-def test_a_padded_profile_is_fitted_back_exactly_and_an_unpadded_fit_cannot() -> None:
+def test_a_padded_profile_is_fitted_back_exactly_and_an_unpadded_fit_finds_its_padding() -> None:
     points, seconds = padded_profile_points()
     prof = dataclasses.replace(profile(), info=padded_profile_info())
     assert pads_decode_attention(prof) and not pads_decode_attention(profile())
     fitted = CalibratedCostModel(fit_profile(points, prof))
     predicted = np.array([fitted.step_time_s(step_work(p)) for p in points])
     np.testing.assert_allclose(predicted, seconds, rtol=1e-9)
-    unpadded = CalibratedCostModel(fit_profile(points, profile()))  # the spread term saturates
-    errors = np.array([unpadded.step_time_s(step_work(p)) for p in points]) / seconds - 1
-    assert np.abs(errors).max() > 0.05
+    assert "p_pad" not in fitted.fit.terms  # its keys are B · L already
+    # Padding every row is the limit of padding some: a padded key at a key's price.
+    unpadded = fit_profile(points, profile())
+    assert unpadded.pad_price == pytest.approx(truth().fit.terms["a_decode"], rel=1e-6)
 
 
 # s(B): a full spread's price by batch size, rising fastest where groups start to be cut.
@@ -113,6 +114,81 @@ def test_a_slight_spread_is_priced_but_places_no_knot() -> None:
     seconds = [spread_truth().step_time_s(w) for w in works]
     fitted = fit_profile(points_of(works, seconds), profile())
     assert fitted.curves["spread_decode"].knots[-1] == 8.0
+
+
+def spread_from(smallest: int) -> list[StepWork]:
+    """The uneven works with a spread only at batches of `smallest` sequences or more."""
+    return [
+        dataclasses.replace(w, decode_context_max=w.decode_context_sum // w.decode_batch_size)
+        if 1 < w.decode_batch_size < smallest
+        else w
+        for w in uneven_works()
+    ]
+
+
+def test_below_the_smallest_batch_measured_with_a_spread_its_price_falls_to_zero() -> None:
+    works = spread_from(8)  # as a grid whose uneven probes run 8 and 16 sequences
+    fitted = fit_profile(points_of(works, [spread_truth().step_time_s(w) for w in works]))
+    at_8 = spread_truth().fit.spread_s("decode", 8)
+    assert fitted.spread_s("decode", 8) == pytest.approx(at_8, rel=1e-6)
+    assert fitted.spread_s("decode", 1) == 0.0  # one sequence has no spread
+    for batch in (2, 4):  # a straight line from 0 at one sequence, not the price at 8
+        assert fitted.spread_s("decode", batch) == pytest.approx(at_8 * (batch - 1) / 7)
+
+
+def test_a_batch_seen_with_a_spread_in_a_few_steps_places_no_knot() -> None:
+    """A probe's last step, its batch shrunk to 3: one step sets no price of its own."""
+    works = spread_from(8)
+    seconds = [spread_truth().step_time_s(w) for w in works]
+    last = StepWork(decode_batch_size=3, decode_context_sum=600, decode_context_max=400)
+    fitted = fit_profile(points_of([*works, last], [*seconds, truth().step_time_s(last) + 2e-3]))
+    assert list(fitted.curves["spread_decode"].knots) == [1.0, 8.0, 16.0]
+    at_3 = fitted.spread_s("decode", 3)
+    assert at_3 == pytest.approx(fitted.spread_s("decode", 8) * 2 / 7)  # on the line
+    assert at_3 < 1e-3  # where the step alone, 2 ms over at G = 0.5, would set 4 ms
+
+
+def test_a_spread_seen_in_a_few_steps_only_is_not_priced() -> None:
+    works = grid_works()
+    rare = [StepWork(decode_batch_size=3, decode_context_sum=600, decode_context_max=400)] * 3
+    seconds = [truth().step_time_s(w) for w in works] + [2e-3] * 3
+    assert "spread_decode" not in fit_profile(points_of([*works, *rare], seconds)).curves
+
+
+def uneven_verifications(width: int, batches: tuple[int, ...]) -> list[StepWork]:
+    """Verifications of `width` extra tokens a sequence over contexts of mean 200, the
+    longest 1.2–3× the mean."""
+    works = []
+    for batch in batches:
+        for longest in (240, 300, 400, 500, 600):
+            sums = batch * 200
+            works.append(
+                StepWork(
+                    decode_batch_size=batch, decode_context_sum=sums, decode_context_max=longest,
+                    decode_extra_tokens=batch * width, decode_extra_context_sum=width * sums,
+                )
+            )  # fmt: skip
+    return works
+
+
+def test_the_padding_of_a_spread_is_priced_per_query_of_a_row() -> None:
+    """Fitted on decodes (one query a row) and verifications of 4 extra tokens, the price
+    holds for a lookahead-like verification of 30: its padding costs 31 queries a key."""
+    model = spread_truth()
+    model.fit.terms["p_pad"] = 5e-8
+    works = uneven_works() + uneven_verifications(4, (2, 4, 8, 16)) * 2
+    fitted = CalibratedCostModel(
+        fit_profile(points_of(works, [model.step_time_s(w) for w in works]))
+    )
+    assert fitted.fit.pad_price == pytest.approx(5e-8, rel=1e-6)
+    for wide in uneven_verifications(30, (3,)):
+        assert fitted.step_time_s(wide) == pytest.approx(model.step_time_s(wide), rel=1e-6)
+        even = dataclasses.replace(wide, decode_context_max=200)
+        padding = 31 * (3 * wide.decode_context_max - 600)
+        assert model.step_time_s(wide) - model.step_time_s(even) == pytest.approx(
+            5e-8 * padding
+            + model.fit.spread_s("verify", 3) * (1 - 600 / (3 * wide.decode_context_max))
+        )
 
 
 @pytest.mark.parametrize("context_max", [0, 90, 300])

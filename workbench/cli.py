@@ -438,11 +438,15 @@ def _print_fit_terms(model: CalibratedCostModel) -> None:
     if fit.points_dropped:
         print(f"  left out of the fit: {fit.points_dropped} steps (stalls, and probe passes "
               "run in a slow spell of the machine)")  # fmt: skip
-    if "spread_decode" in fit.curves:
-        knots = fit.curves["spread_decode"].knots
-        prices = ", ".join(f"{k:g} +{1e3 * fit.spread_s('decode', int(k)):.2f} ms" for k in knots)
-        print(f"  uneven decode contexts, by batch (a step's price per unit of 1 − mean / "
-              f"longest context): {prices}")  # fmt: skip
+    for curve in ("decode", "verify"):
+        if f"spread_{curve}" in fit.curves:
+            knots = fit.curves[f"spread_{curve}"].knots
+            prices = ", ".join(f"{k:g} +{1e3 * fit.spread_s(curve, int(k)):.2f} ms" for k in knots)
+            print(f"  uneven {curve} contexts, by batch (a step's price per unit of 1 − mean / "
+                  f"longest context): {prices}")  # fmt: skip
+    if fit.pad_price:
+        print(f"  padding to a group's longest context: {1e6 * fit.pad_price:.3f} µs a padded "
+              "key for each query of a row")  # fmt: skip
     for k in range(1, fit.after_prefill_steps + 1):
         knots = fit.curves[f"after_{k}"].knots
         prices = ", ".join(f"{t:g} +{1e3 * fit.after_prefill_s(int(t), k):.2f} ms" for t in knots)

@@ -156,7 +156,9 @@ class CalibratedCostModel(SplitCostModel):
             tokens = work.decode_batch_size + work.decode_extra_tokens
             sums = np.array([float(work.decode_context_sum)])
             maxes = np.array([float(work.decode_context_max)])
-            context = self.fit.context_s(curve, work.decode_batch_size, sums, maxes)[0]
+            context = self.fit.context_s(
+                curve, work.decode_batch_size, sums, maxes, work.decode_extra_tokens
+            )[0]
             seconds += self._curve_at(curve, float(tokens)) + float(context)
             seconds += self._terms[f"a_{curve}"] * work.decode_extra_context_sum
         if work.prefill_chunk_tokens:

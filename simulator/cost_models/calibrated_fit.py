@@ -5,8 +5,8 @@ forward over the decoding sequences (their verification chains for a multi-token
 and prefill forwards for the prompt chunks. Each part is a curve over its token count plus
 a cost per attention key:
 
-    decode   h_decode(B) + a_decode · S + s_decode(B) · G
-    verify   h_verify(B + X) + a_verify · (S + S_x) + s_verify(B) · G
+    decode   h_decode(B) + a_decode · S + s_decode(B) · G + p_pad · P
+    verify   h_verify(B + X) + a_verify · (S + S_x) + s_verify(B) · G + p_pad · (1 + X / B) · P
     prefill  h_prefill(N) + a_prefill · K + c_chunk · (chunks − 1)
     mixed    the decode (or verify) part + the prefill part + m_mixed
     + h_wake(I) for a step the engine slept I ms before (0 for a step right after another)
@@ -23,10 +23,19 @@ sum (measured on CPU, `benchmarks/decode_spread.py`: 1.05× at 4 sequences, 1.2-
 8 on, some 2–5 ms a step). That extra grows with the spread and with the batch's size, not
 in proportion to either: a few sequences stay one group padded to the longest (cheap
 padding), more are cut into groups (one call each), and one long outlier makes a group of
-its own, not a step as long as it. G = 1 − S / (B · L) is the spread (0 for equal contexts
+its own, not a step as long as it. Inside a group each row is padded to the group's longest
+(up to 1.5× its own keys), and each padded key is computed for every query of the row: P =
+B · L − S, the keys padding all rows to the longest would add, priced per query of a row by
+p_pad (one price for decode and verify: one kernel). The kernel pads only part of P, more
+when cutting costs more than padding, so p_pad is that share's price; it is what makes the
+spread of a verification of 31 tokens a sequence (lookahead) dearer than one of 5
+(speculative), whose served steps of 2-4 sequences were otherwise priced 6-9 % short and
+right. G = 1 − S / (B · L) is the spread (0 for equal contexts
 or one sequence, below 1), and s(B) its price per step at B sequences, a curve like h
 (piecewise linear between powers of two, never decreasing, flat past the largest batch
-measured with a spread); 0 where the profile saw no spread. The number of groups is what
+measured with a spread), 0 at one sequence (it has no spread) and rising linearly from there
+to the smallest batch measured with a spread (a few sequences make one group padded to the
+longest: cheap); 0 where the profile saw no spread. The number of groups is what
 the simulator cannot know: it tracks a decode set's context sum and longest, not every
 context.
 X extra
@@ -69,6 +78,7 @@ squares.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -93,6 +103,10 @@ AFTER_PREFILL_STEPS = 3
 # Batch sizes seen with a spread G of at least this much place the knots of s(B): 1 − mean /
 # longest of 0.1 is a 20 % longer context beside equal ones.
 SPREAD_KNOT_SHARE = 0.1
+# ... in this many steps at least: a knot at a batch size seen once is set by that step's
+# noise (an Intel VM's profile priced a spread at 3 verified sequences 3.5 ms from the last
+# step of one probe, held it for 2, and priced served steps of 2-3 sequences 20-30 % over).
+SPREAD_KNOT_STEPS = 5
 
 
 @dataclass(frozen=True)
@@ -153,14 +167,28 @@ class StepCostFit:
         return self.at(f"after_{steps_after}", _held_x(prefill_tokens, curve.knots))
 
     def context_s(
-        self, curve: str, batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray
+        self,
+        curve: str,
+        batch_size: int,
+        context_sums: np.ndarray,
+        context_maxes: np.ndarray,
+        extra_tokens: int = 0,
     ) -> np.ndarray:
-        """The decode (or verify) part's cost of its sequences' contexts (elementwise: a
-        decode span and its single steps agree bit for bit)."""
+        """The decode (or verify) part's cost of its sequences' contexts, `extra_tokens`
+        computed for them beside one each (elementwise: a decode span and its single steps
+        agree bit for bit)."""
         if self.padded_decode:
             return self.terms[f"a_{curve}"] * padded_keys(batch_size, context_sums, context_maxes)
         spread = spread_share(batch_size, context_sums, context_maxes)
-        return self.terms[f"a_{curve}"] * context_sums + self.spread_s(curve, batch_size) * spread
+        padding = padded_query_keys(batch_size, context_sums, context_maxes, extra_tokens)
+        keys = self.terms[f"a_{curve}"] * context_sums + self.pad_price * padding
+        return keys + self.spread_s(curve, batch_size) * spread
+
+    @property
+    def pad_price(self) -> float:
+        """p_pad: the price of a padded query-key (0 for a fit without the term: an engine
+        that pads to the longest, whose keys are priced as B · L)."""
+        return self.terms.get("p_pad", 0.0)
 
     def spread_s(self, curve: str, batch_size: int) -> float:
         """s(B): the price of a full spread of contexts in a step of B sequences."""
@@ -173,6 +201,15 @@ class StepCostFit:
 def padded_keys(batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray) -> np.ndarray:
     """B · L: the keys a decode attention padding to the longest reads (S where L is unknown)."""
     return np.maximum(context_sums, float(batch_size) * context_maxes)
+
+
+def padded_query_keys(
+    batch_size: int, context_sums: np.ndarray, context_maxes: np.ndarray, extra_tokens: int = 0
+) -> np.ndarray:
+    """(1 + X / B) · (B · L − S), elementwise: the query-key products padding every row of
+    1 + X / B queries to the longest context would add (0 for equal contexts)."""
+    padding = padded_keys(batch_size, context_sums, context_maxes) - context_sums
+    return (1.0 + extra_tokens / batch_size) * padding
 
 
 def spread_share(
@@ -253,14 +290,27 @@ def _curves_needed(kinds: set[str]) -> list[str]:
 
 
 def _spread_knots(works: list[StepWork]) -> dict[str, np.ndarray]:
-    """Knots of s_decode and s_verify over the batch sizes measured with a spread (steps of
-    a slight one price it too, but do not place knots: a price that only such steps see
-    would be fitted to their noise)."""
-    batches: dict[str, list[float]] = {}
+    """Knots of s_decode and s_verify over the batch sizes measured with a spread in
+    SPREAD_KNOT_STEPS steps or more (steps of a slight one, or at a batch size seen less
+    often, price it too but place no knot: a price only they see would be fitted to their
+    noise), from a first knot at one sequence, whose price `_curve_into` holds at 0."""
+    batches: dict[str, Counter[int]] = {}
     for work in works:
         if work.decode_batch_size > 1 and _spread_of(work) >= SPREAD_KNOT_SHARE:
-            batches.setdefault(f"spread_{_decode_curve(work)}", []).append(work.decode_batch_size)
-    return {name: _knots(sizes) for name, sizes in batches.items()}
+            name = f"spread_{_decode_curve(work)}"
+            batches.setdefault(name, Counter())[work.decode_batch_size] += 1
+    knots = {}
+    for name, counts in batches.items():
+        sizes = [float(size) for size, steps in counts.items() if steps >= SPREAD_KNOT_STEPS]
+        if sizes:
+            knots[name] = _knots([1.0, *sizes])
+    return knots
+
+
+def _padding_of(work: StepWork) -> float:
+    sums, maxes = _one(work.decode_context_sum), _one(work.decode_context_max)
+    extra = work.decode_extra_tokens
+    return float(padded_query_keys(work.decode_batch_size, sums, maxes, extra)[0])
 
 
 def _spread_of(work: StepWork) -> float:
@@ -271,6 +321,8 @@ def _spread_of(work: StepWork) -> float:
 def _terms_needed(kinds: set[str], padded_decode: bool) -> list[str]:
     curves = _curves_needed(kinds)
     terms = [f"a_{name}" for name in curves]
+    if not padded_decode and kinds & {"decode", "mixed", "verify"}:
+        terms.append("p_pad")
     if kinds & {"prefill", "mixed"}:
         terms.append("c_chunk")
     if "mixed" in kinds:
@@ -390,8 +442,10 @@ def _fill_row(row: np.ndarray, work: StepWork, columns: _Columns) -> None:
         _curve_into(row, columns, curve, tokens)
         keys = work.padded_decode_keys if columns.padded_decode else work.decode_context_sum
         row[columns.terms[f"a_{curve}"]] += keys + work.decode_extra_context_sum
+        if not columns.padded_decode:
+            row[columns.terms["p_pad"]] += _padding_of(work)
         spread = 0.0 if columns.padded_decode else _spread_of(work)
-        if spread > 0.0:
+        if spread > 0.0 and f"spread_{curve}" in columns.knots:  # else seen too seldom
             knots = columns.knots[f"spread_{curve}"]
             x = spread_x(work.decode_batch_size, knots)
             _curve_into(row, columns, f"spread_{curve}", x, scale=spread)
@@ -417,7 +471,10 @@ def _curve_into(
     hats = _hat_basis(knots, np.array([float(tokens)]))[0]  # (k,) weights on knot values
     # The parameters are the curve's first value and its rises from knot to knot (all ≥ 0:
     # a step never gets cheaper with more tokens); value j = Σ rises up to j.
-    row[start : start + len(knots)] += scale * np.cumsum(hats[::-1])[::-1]
+    weights = np.cumsum(hats[::-1])[::-1]
+    if curve.startswith("spread_"):
+        weights[0] = 0.0  # s(1) = 0: its column stays empty and the solver leaves it at 0
+    row[start : start + len(knots)] += scale * weights
 
 
 # ---------------------------------------------------------------- the fit
