@@ -29,8 +29,8 @@ B · L − S, the keys padding all rows to the longest would add, priced per que
 p_pad (one price for decode and verify: one kernel). The kernel pads only part of P, more
 when cutting costs more than padding, so p_pad is that share's price; it is what makes the
 spread of a verification of 31 tokens a sequence (lookahead) dearer than one of 5
-(speculative), whose served steps of 2-4 sequences were otherwise priced 6-9 % short and
-right. G = 1 − S / (B · L) is the spread (0 for equal contexts
+(speculative): without it, a lookahead run's served steps of 2-4 sequences were priced 6-9 %
+short, a speculative run's right. G = 1 − S / (B · L) is the spread (0 for equal contexts
 or one sequence, below 1), and s(B) its price per step at B sequences, a curve like h
 (piecewise linear between powers of two, never decreasing, flat past the largest batch
 measured with a spread), 0 at one sequence (it has no spread) and rising linearly from there
@@ -105,7 +105,7 @@ AFTER_PREFILL_STEPS = 3
 SPREAD_KNOT_SHARE = 0.1
 # ... in this many steps at least: a knot at a batch size seen once is set by that step's
 # noise (an Intel VM's profile priced a spread at 3 verified sequences 3.5 ms from the last
-# step of one probe, held it for 2, and priced served steps of 2-3 sequences 20-30 % over).
+# step of one probe, held it for 2, and priced served steps of 2-3 sequences 25-31 % over).
 SPREAD_KNOT_STEPS = 5
 
 
@@ -177,14 +177,16 @@ class StepCostFit:
         """The decode (or verify) part's cost of its sequences' contexts, `extra_tokens`
         computed for them beside one each (elementwise: a decode span and its single steps
         agree bit for bit)."""
+        padded = padded_keys(batch_size, context_sums, context_maxes)
         if self.padded_decode:
-            return self.terms[f"a_{curve}"] * padded_keys(batch_size, context_sums, context_maxes)
-        spread = spread_share(batch_size, context_sums, context_maxes)
-        padding = padded_query_keys(batch_size, context_sums, context_maxes, extra_tokens)
-        keys = self.terms[f"a_{curve}"] * context_sums + self.pad_price * padding
-        return keys + self.spread_s(curve, batch_size) * spread
+            return self.terms[f"a_{curve}"] * padded
+        excess = padded - context_sums  # B · L − S, as spread_share and padded_query_keys
+        spread = excess / np.maximum(padded, 1.0)
+        queries = 1.0 + extra_tokens / batch_size
+        price = self.terms[f"a_{curve}"] * context_sums + self.pad_price * queries * excess
+        return price + self.spread_s(curve, batch_size) * spread
 
-    @property
+    @cached_property
     def pad_price(self) -> float:
         """p_pad: the price of a padded query-key (0 for a fit without the term: an engine
         that pads to the longest, whose keys are priced as B · L)."""
