@@ -24,7 +24,8 @@ sum (measured on CPU, `benchmarks/decode_spread.py`: 1.05× at 4 sequences, 1.2-
 in proportion to either: a few sequences stay one group padded to the longest (cheap
 padding), more are cut into groups (one call each), and one long outlier makes a group of
 its own, not a step as long as it. Inside a group each row is padded to the group's longest
-(up to 1.5× its own keys), and each padded key is computed for every query of the row: P =
+(rows binned within 1.5× of each other's work, bins joined where a call would cost more than
+their padding), and each padded key is computed for every query of the row: P =
 B · L − S, the keys padding all rows to the longest would add, priced per query of a row by
 p_pad (one price for decode and verify: one kernel). The kernel pads only part of P, more
 when cutting costs more than padding, so p_pad is that share's price; it is what makes the
@@ -104,7 +105,7 @@ AFTER_PREFILL_STEPS = 3
 # longest of 0.1 is a 20 % longer context beside equal ones.
 SPREAD_KNOT_SHARE = 0.1
 # ... in this many steps at least: a knot at a batch size seen once is set by that step's
-# noise (an Intel VM's profile priced a spread at 3 verified sequences 3.5 ms from the last
+# noise (an Intel VM's profile priced a spread at 3 verified sequences 3.4 ms from the last
 # step of one probe, held it for 2, and priced served steps of 2-3 sequences 25-31 % over).
 SPREAD_KNOT_STEPS = 5
 
