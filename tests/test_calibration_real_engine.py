@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 import duckdb
 import torch
 
-from real_backend.calibration.grid import get_grid
+from real_backend.calibration.grid import IDLE_PROBE_OUTPUT_TOKENS, get_grid
 from real_backend.calibration.measure import calibrate, resolve_target
 from real_backend.model.loading import load_checkpoint
 from workbench.cli import main
@@ -67,8 +67,10 @@ def test_calibrate_stores_every_probe_step_and_exports_csv(
     # One client thinking 5 ms between requests: each prompt wakes an idle engine, and its
     # step costs from the arrival; no other probe sleeps between steps.
     woken = [p for p in points if p.idle_before_s > 0]
-    assert {p.probe for p in woken} == {"idle-t5@1"} and len(woken) == 2
+    assert {p.probe for p in woken} == {"idle-t5-o32@1"} and len(woken) == 2
     assert all(0.004 < p.idle_before_s < 0.05 and p.kind == "prefill" for p in woken)
+    idle_decodes = [p for p in points if p.probe == "idle-t5-o32@1" and p.kind == "decode"]
+    assert len(idle_decodes) == 3 * (IDLE_PROBE_OUTPUT_TOKENS - 1)  # a spell before each wake
     # Verification of width 2: two more tokens per sequence, each seeing its predecessors.
     verify = next(p for p in points if p.kind == "verify")
     batch, keys = verify.decode_batch_size, verify.decode_context_sum

@@ -51,3 +51,12 @@ def test_each_probe_has_room_for_its_running_sequences(name: str) -> None:
 def test_an_unknown_grid_is_refused() -> None:
     with pytest.raises(WorkbenchError, match="unknown calibration grid 'huge'"):
         get_grid("huge", 2048)
+
+
+def test_every_idle_probe_wakes_after_a_spell_of_decoding() -> None:
+    """A wake after a few ms of work costs more once it repeats (a VM's vCPU slow to resume):
+    the probes measure the wake a loaded engine's idle gaps have, after a request's decode."""
+    grid = get_grid("standard", 2048)
+    idle = [p for p in grid.probes if p.think_s > 0]
+    assert {p.name.split("-")[1] for p in idle} >= {"t1", "t128", "t512"}
+    assert all(p.output_tokens[0] >= 16 and p.concurrency == 1 for p in idle)

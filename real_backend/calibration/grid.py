@@ -12,7 +12,7 @@ Each probe is a small workload served by the real engine. Together they cover:
 - verification widths (each decode computes `width` more tokens, as a speculative or
   lookahead step does), over short, long and uneven contexts;
 - waking an idle engine (one client that thinks between requests: each prompt arrives at
-  an engine that slept for the think time).
+  an engine that slept for the think time, after a spell of decoding).
 
 Lengths are clipped to the model's context; a probe a model cannot hold is left out.
 """
@@ -148,9 +148,19 @@ def _standard() -> Grid:
     return Grid("standard", description, tuple(probes), warmup, passes=3)
 
 
+# Tokens each idle probe's request decodes, so that every wake follows a spell of work, as a
+# loaded engine's idle gaps do. With two output tokens (7 ms of work between sleeps on the
+# Intel VM, two threads) the sixth wake in a row and those after it cost 6 ms more than the
+# first five (the second thread's vCPU slow to resume: none with one thread); from 16 tokens
+# (25 ms of work) on, every wake cost what the first did, as served runs' wakes do.
+IDLE_PROBE_OUTPUT_TOKENS = 32
+
+
 def _idle_probe(idle_ms: int, requests: int) -> Probe:
     """Prompts of 16–256 tokens, each arriving `idle_ms` after the previous one ended."""
-    return Probe(f"idle-t{idle_ms}", requests, (16, 256), (2, 2), 1, 1, think_s=idle_ms / 1e3)
+    outputs = (IDLE_PROBE_OUTPUT_TOKENS,) * 2
+    name = f"idle-t{idle_ms}-o{IDLE_PROBE_OUTPUT_TOKENS}"
+    return Probe(name, requests, (16, 256), outputs, 1, 1, think_s=idle_ms / 1e3)
 
 
 def _test() -> Grid:

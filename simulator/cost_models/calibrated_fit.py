@@ -59,10 +59,10 @@ too, and P counts it (by the chunk's own tokens, the decode steps after such a c
 4-7 % over their price). One curve over P per k up to `AFTER_PREFILL_STEPS`, piecewise
 linear like the others, never decreasing, flat past the largest prefill measured (a prompt
 cannot evict more than everything) and below the smallest (a smaller one is priced as it).
-The grid's prefill and idle probes decode only right after prefilling, and every probe's
-first decode follows its first prefill: without the terms those steps raise every
-small-batch decode price (by 5-6 % at batch 1 on the CPU, with one t for every prompt size
-and the first step only).
+The grid's prefill probes decode only right after prefilling (its idle probes 31 tokens
+after), and every probe's first decode follows its first prefill: without the terms those
+steps raise every small-batch decode price (by 5-6 % at batch 1 on the CPU, with one t for
+every prompt size and the first step only).
 
 Every term is linear in the parameters, so the fit is a linear least-squares problem in
 relative error: a 1 ms step counts as much as a 100 ms one. It starts weighted by the
