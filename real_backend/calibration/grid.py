@@ -149,10 +149,11 @@ def _standard() -> Grid:
 
 
 # Tokens each idle probe's request decodes, so that every wake follows a spell of work, as a
-# loaded engine's idle gaps do. With two output tokens (7 ms of work between sleeps on the
-# Intel VM, two threads) the sixth wake in a row and those after it cost 6 ms more than the
-# first five (the second thread's vCPU slow to resume: none with one thread); from 16 tokens
-# (25 ms of work) on, every wake cost what the first did, as served runs' wakes do.
+# loaded engine's idle gaps do. With two output tokens (about 7 ms of work between sleeps on
+# the Intel VM, two threads) the fifth to seventh wake in a row and those after it cost 5-6 ms
+# more than the first ones (most likely the second thread's vCPU slow to resume; no such step
+# with one thread); from 16 tokens (about 28 ms of work) on, every wake cost what the first
+# ones did, as served runs' wakes do.
 IDLE_PROBE_OUTPUT_TOKENS = 32
 
 
