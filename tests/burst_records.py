@@ -113,9 +113,17 @@ def kinds_of_request(n: int, rates: tuple[float, ...], seed: int) -> list[Callab
     return [request_of_rate(float(rng.choice(rates)), rng) for _ in range(n)]
 
 
-def request_of_rate(rate: float, rng: np.random.Generator) -> Callable[[int], int]:
-    """accept(room) of a request accepting each of 4 drafted tokens with `rate` until the
-    first rejection; its first decode step accepts none."""
+def requests_of_their_own(n: int, seed: int) -> tuple[np.ndarray, list[Callable[[int], int]]]:
+    """Each request accepts drafted position i with its own rate, each uniform on
+    [0.05, 0.99]: (rates (n, 4), accept functions); every first decode step accepts none."""
+    rng = np.random.default_rng(seed)
+    rates = rng.uniform(0.05, 0.99, (n, 4))
+    return rates, [request_of_rate(row, rng) for row in rates]
+
+
+def request_of_rate(rate: float | np.ndarray, rng: np.random.Generator) -> Callable[[int], int]:
+    """accept(room) of a request accepting each of 4 drafted tokens with `rate` (or rate[i]
+    for position i + 1) until the first rejection; its first decode step accepts none."""
     steps = iter(range(10**6))
 
     def accept(room: int) -> int:

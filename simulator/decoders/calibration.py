@@ -5,10 +5,11 @@ request left out) give tokens per sequence and decode step. Emissions a sequence
 length capped (room below the run's decoder headroom K: k drafts, a tree's depth, N − 1 for
 lookahead) are left out too, so the histogram is the decoder's own, uncapped: the simulator
 caps its draws again near each sequence's end. Index i of the result counts steps that
-emitted i tokens beyond the first. A speculative run with a chain draft also gives per-position
-acceptance rates of a few request types (`chain_calibration`), which its simulated twin draws
-from: acceptance differs between requests, and a run with an adaptive draft length drafted
-fewer tokens after poor acceptance, so its histogram is not a full draft's (it keeps the types
+emitted i tokens beyond the first. A speculative run with a chain draft also gives
+per-position acceptance rates of a few request types and of each sequence, shrunk to its
+types' (`chain_calibration`), which its simulated twin draws from: acceptance differs between
+requests, and a run with an adaptive draft length drafted fewer tokens after poor acceptance,
+so its histogram is not a full draft's (it keeps the types
 only). A lookahead run gives its histograms by output position and request type too
 (`position_calibration`: its pool fills from the output as it grows, so its steps emit more
 late in an output than early, and some requests' texts fill it sooner), and its candidate
@@ -80,17 +81,19 @@ class Calibration:
         return AcceptanceDistribution.positional(self._rates(self.chain.rates, k), k, FIELD)
 
     def mixture(self, k: int) -> AcceptanceMixture | None:
-        """A chain draft's request types, each a full draft of k (None from a tree's run,
-        whose histogram is drawn for every step alike)."""
+        """A chain draft's measured sequences, each with its own rates (shrunk to its request
+        types') as a full draft of k, drawn alike (None from a tree's run, whose histogram is
+        drawn for every step alike)."""
         if self.chain is None:
             return None
-        types = tuple(
+        sequences = tuple(
             AcceptanceDistribution.positional(self._rates(rates, k), k, FIELD)
-            for rates in self.chain.type_rates
+            for rates in self.chain.sequence_rates
         )
+        alike = np.full(len(sequences), 1.0 / len(sequences))  # (M,)
         first = self._rates(self.chain.first_rates, k)
         return AcceptanceMixture(
-            self.chain.type_weights, types, AcceptanceDistribution.positional(first, k, FIELD)
+            alike, sequences, AcceptanceDistribution.positional(first, k, FIELD)
         )
 
     def by_position(self, k: int) -> AcceptanceByPosition | None:
@@ -152,6 +155,8 @@ class Calibration:
                 "calibrated_first_step_rates": np.round(self.chain.first_rates, 6).tolist(),
                 "calibrated_type_weights": np.round(self.chain.type_weights, 6).tolist(),
                 "calibrated_type_rates": np.round(self.chain.type_rates, 6).tolist(),
+                "calibrated_sequences": len(self.chain.sequence_rates),
+                "calibrated_shrinkage_steps": self.chain.shrinkage,
             }
         return {"calibrated_from": self.run_id, **{k: json.dumps(v) for k, v in measured.items()}}
 
