@@ -8,8 +8,8 @@ wake's extra time (the step after the idle gap, from the arrival slept until to 
 less the median of the same prefill served back to back) by its position in the train, the
 median over the rounds, then the median over the train. On an Intel Firecracker VM with two
 threads the sixth and later wakes in a row after 2 output tokens cost 5-6 ms more than the
-first five, while 16 or more tokens keep every wake at the first ones' cost; the calibration grid's idle
-probes decode `IDLE_PROBE_OUTPUT_TOKENS` between wakes for that reason.
+first five, while 16 or more tokens keep every wake at the first ones' cost; the calibration
+grid's idle probes decode `IDLE_PROBE_OUTPUT_TOKENS` between wakes for that reason.
 
     python benchmarks/wake_regimes.py --zoo small --idle-ms 128 512 --rounds 3
     python benchmarks/wake_regimes.py --zoo small --threads 1

@@ -122,9 +122,8 @@ def measure_chain(
     weights, rates, _ = min(fits, key=lambda fit: _bic(fit[2], len(fit[0]), k, len(later.reached)))
     prior = _prior_rates(later, weights, rates)
     shrinkage = _best_shrinkage(later, prior)
-    own = _shrunk(
-        _sequence_counts(later, np.ones(len(later.reached), dtype=bool)), prior, shrinkage
-    )
+    every_step = np.ones(len(later.reached), dtype=bool)
+    own = _shrunk(_sequence_counts(later, every_step), prior, shrinkage)
     return ChainMeasurement(pooled, first, weights, rates, own, shrinkage)
 
 
@@ -265,13 +264,18 @@ def _prior_rates(steps: _Steps, weights: np.ndarray, rates: np.ndarray) -> np.nd
     return posterior.T @ rates
 
 
+def _step_sequences(steps: _Steps) -> np.ndarray:
+    """(n,) the sequence each step belongs to."""
+    return np.searchsorted(steps.starts, np.arange(len(steps.reached)), side="right") - 1
+
+
 def _sequence_counts(steps: _Steps, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(reached, accepted), each (m, k): the kept steps' counts per sequence."""
-    sequence = np.searchsorted(steps.starts, np.arange(len(steps.reached)), side="right") - 1
+    sequence = _step_sequences(steps)[kept]
     reached = np.zeros((len(steps.starts), steps.reached.shape[1]))
     accepted = np.zeros_like(reached)
-    np.add.at(reached, sequence[kept], steps.reached[kept])
-    np.add.at(accepted, sequence[kept], steps.accepted[kept])
+    np.add.at(reached, sequence, steps.reached[kept])
+    np.add.at(accepted, sequence, steps.accepted[kept])
     return reached, accepted
 
 
@@ -285,22 +289,17 @@ def _shrunk(
 
 def _best_shrinkage(steps: _Steps, prior: np.ndarray) -> float:
     """The grid's m under which alternate steps of each sequence predict the others best."""
-    order = np.arange(len(steps.reached)) - np.repeat(
-        steps.starts, np.diff(np.append(steps.starts, len(steps.reached)))
-    )  # (n,) a step's place in its sequence
-    halves = [order % 2 == 0, order % 2 == 1]
+    sequence = _step_sequences(steps)
+    place = np.arange(len(steps.reached)) - steps.starts[sequence]  # (n,) within its sequence
+    halves = [place % 2 == 0, place % 2 == 1]
     counts = [_sequence_counts(steps, kept) for kept in halves]
-    sequence = np.searchsorted(steps.starts, np.arange(len(steps.reached)), side="right") - 1
 
     def held_out(m: float) -> float:
         total = 0.0
         for fitted, predicted in ((counts[0], halves[1]), (counts[1], halves[0])):
             rates = np.clip(_shrunk(fitted, prior, m), RATE_FLOOR, 1 - RATE_FLOOR)[sequence]
-            total += float(
-                (steps.accepted * np.log(rates) + steps.rejected * np.log1p(-rates))[
-                    predicted
-                ].sum()
-            )
+            log_step = steps.accepted * np.log(rates) + steps.rejected * np.log1p(-rates)  # (n, k)
+            total += float(log_step[predicted].sum())
         return total
 
     return max(SHRINKAGE_GRID, key=held_out)
