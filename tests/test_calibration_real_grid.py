@@ -54,8 +54,9 @@ def test_an_unknown_grid_is_refused() -> None:
 
 
 def test_every_idle_probe_wakes_after_a_spell_of_decoding() -> None:
-    """A wake after a few ms of work costs more once it repeats (a VM's vCPU slow to resume):
-    the probes measure the wake a loaded engine's idle gaps have, after a request's decode."""
+    """A wake after a few ms of work costs more once it repeats (on an Intel VM, most likely
+    a vCPU slow to resume): the probes measure the wake a loaded engine's idle gaps have,
+    after a request's decode."""
     grid = get_grid("standard", 2048)
     idle = [p for p in grid.probes if p.think_s > 0]
     assert {p.name.split("-")[1] for p in idle} >= {"t1", "t128", "t512"}

@@ -5,6 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
+pytest.importorskip("torch")
+
 from real_backend.model.loading import load_checkpoint
 from real_backend.serve import DTYPES, eos_token_ids
 
