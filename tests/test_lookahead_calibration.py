@@ -7,12 +7,14 @@ from dataclasses import fields
 
 import numpy as np
 import pytest
-from burst_records import sequential_run
+from burst_records import draw_from, requests_of_their_own, sequential_run
 from fixtures_records import make_meta
 from scenario_helpers import SCENARIOS
 
+from simulator.decoders import chain_calibration
 from simulator.decoders.calibration import calibrate
 from simulator.decoders.candidate_calibration import fill_unreached, measure_candidates
+from simulator.decoders.chain_calibration import SHRINKAGE_GRID
 from simulator.decoders.position_calibration import MIN_POSITION_EMISSIONS
 from simulator.run import simulate
 from workbench.metrics.decode_emissions import DecodeEmissions, decode_emissions
@@ -75,8 +77,9 @@ def test_the_twin_emits_by_output_position_as_the_run_did(store: ResultsStore) -
     store.write_run(lookahead_meta("look1"), run)
     measured = calibrate(store, "look1")
     by_position = measured.by_position(3)
-    assert by_position is not None and measured.accepted_counts is not None
-    assert len(by_position.weights) == 1  # every request warms up alike: one type
+    assert by_position is not None and measured.positions is not None
+    assert measured.accepted_counts is not None
+    assert len(measured.positions.type_weights) == 1  # every request warms up alike: one type
     starts, rows = by_position.starts.tolist(), by_position.rows[0]
     means = {s: round(r.mean, 6) for s, r in zip(starts, rows, strict=True)}
     assert means[0] == means[8] == 0.0 and means[16] == means[32] == 3.0
@@ -99,11 +102,15 @@ def test_requests_that_differ_give_their_twin_request_types(store: ResultsStore)
     slow = rng.random(300) < 0.3
     accept = [(lambda room, s=s: 0 if 119 - room < 8 else (1 if s else 3)) for s in slow.tolist()]
     store.write_run(lookahead_meta("look5"), sequential_run([120] * 300, accept, k=3))
-    by_position = calibrate(store, "look5").by_position(3)
-    assert by_position is not None and len(by_position.weights) == 2
-    assert sorted(by_position.weights.tolist()) == pytest.approx([slow.mean(), 1 - slow.mean()])
+    measured = calibrate(store, "look5")
+    by_position, positions = measured.by_position(3), measured.positions
+    assert by_position is not None and positions is not None
+    assert sorted(positions.type_weights.tolist()) == pytest.approx([slow.mean(), 1 - slow.mean()])
     late = by_position.row(np.array([64]))[0]
-    assert sorted(round(rows[late].mean, 2) for rows in by_position.rows) == [1.0, 3.0]
+    typed = positions.type_counts[:, late] @ np.arange(4) / positions.type_counts[:, late].sum(1)
+    assert sorted(np.round(typed, 2).tolist()) == [1.0, 3.0]
+    own = np.array([round(rows[late].mean, 2) for rows in by_position.rows])  # (300,)
+    assert ((own == 1.0) == slow).all() and ((own == 3.0) == ~slow).all()  # each its own kind
     emissions = decode_emissions(simulated(store, "look5", 120, 600))
     counts = emissions.at_positions(3, 8, 120)
     per_request = np.bincount(emissions.request_row, weights=emissions.tokens * counts)
@@ -112,6 +119,39 @@ def test_requests_that_differ_give_their_twin_request_types(store: ResultsStore)
     assert nearest.max() < 0.1  # each request of one kind (the smoothing leaves a trace)
     # 600 draws of a type: a share within 0.06 is over three standard deviations.
     assert np.mean(per_request < 3) == pytest.approx(slow.mean(), abs=0.06)
+
+
+def test_lookahead_requests_of_one_kind_are_their_types_alone(store: ResultsStore) -> None:
+    """Alike requests differ only by chance: half of a request's emissions predict the other
+    half worse than its types do, so no request keeps rows of its own."""
+    accept = draw_from([0.2, 0.3, 0.3, 0.2], 4)
+    store.write_run(lookahead_meta("alike"), sequential_run([160] * 200, accept, k=3))
+    positions = calibrate(store, "alike").positions
+    assert positions is not None and positions.shrinkage == SHRINKAGE_GRID[-1]
+    typed = positions.type_counts / positions.type_counts.sum(axis=2, keepdims=True)
+    assert np.abs(positions.sequence_rows - typed[0]).max() < 1e-3
+
+
+def test_lookahead_requests_of_their_own_rates_keep_them(
+    store: ResultsStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each request with its own acceptance: more than eight types can tell apart, so each
+    measured request keeps rows of its own, nearer its truth than its types'."""
+    truth, accept = requests_of_their_own(150, 5)
+    store.write_run(lookahead_meta("own"), sequential_run([240] * 150, accept, k=3))
+    measured = calibrate(store, "own")
+    assert measured.positions is not None and measured.positions.shrinkage < SHRINKAGE_GRID[-1]
+    by_position = measured.by_position(3)
+    assert by_position is not None and np.allclose(by_position.weights, 1 / 150)  # drawn alike
+    monkeypatch.setattr(chain_calibration, "SHRINKAGE_GRID", (SHRINKAGE_GRID[-1],))
+    types_alone = calibrate(store, "own").positions
+    assert types_alone is not None
+    expected = np.cumprod(truth[:, :3], axis=1).sum(axis=1)  # (150,) E[min(accepted, 3)]
+    own, typed = (
+        abs(p.sequence_rows[:, -1] @ np.arange(4) - expected).mean()
+        for p in (measured.positions, types_alone)
+    )
+    assert own < 0.8 * typed  # the last range, which every request reaches
 
 
 def test_thin_position_ranges_join_the_range_before_them(store: ResultsStore) -> None:
@@ -239,15 +279,32 @@ def test_emissions_by_position_count_each_burst_once() -> None:
         request_row=np.arange(n), tokens=tokens, count=count, emitted_before=before,
         output_tokens=before + tokens * count + rng.integers(0, 4, n),
         after_prefill=np.zeros(n, dtype=bool), replica=np.zeros(n, dtype=np.int64),
-        first_step=np.arange(n),
+        first_step=rng.integers(0, 1000, n),
     )  # fmt: skip
     for room, low, high in [(0, 0, 10**6), (3, 0, 10**6), (3, 16, 32), (0, 5, 41), (2, 50, 51)]:
-        expected = [
-            sum(low <= b + j * t < high and b + j * t <= out - 1 - room for j in range(c))
-            for t, c, b, out in zip(tokens, count, before, emissions.output_tokens, strict=True)
-        ]
+        expected = counted(emissions, room, low, high)
         assert emissions.at_positions(room, low, high).tolist() == expected
+        for parity in (0, 1):
+            on_steps = emissions.at_positions_on_steps(room, low, high, parity)
+            assert on_steps.tolist() == counted(emissions, room, low, high, parity)
     assert (emissions.at_positions(3, 0, 10**6) == emissions.with_room(3)).all()
+
+
+def counted(
+    e: DecodeEmissions, room: int, low: int, high: int, parity: int | None = None
+) -> list[int]:
+    """Each span's emissions at positions low..high − 1 with room ≥ `room` (with `parity`:
+    made on a step of that parity), one by one."""
+    spans = zip(e.tokens, e.count, e.emitted_before, e.output_tokens, e.first_step, strict=True)
+    return [
+        sum(
+            low <= b + j * t < high
+            and b + j * t <= out - 1 - room
+            and (parity is None or (step + j) % 2 == parity)
+            for j in range(c)
+        )
+        for t, c, b, out, step in spans
+    ]
 
 
 def test_a_range_no_fitted_step_reached_takes_its_neighbour_s_n_grams() -> None:

@@ -10,9 +10,10 @@ per-position acceptance rates of a few request types and of each sequence, shrun
 types' (`chain_calibration`), which its simulated twin draws from: acceptance differs between
 requests, and a run with an adaptive draft length drafted fewer tokens after poor acceptance,
 so its histogram is not a full draft's (it keeps the types
-only). A lookahead run gives its histograms by output position and request type too
-(`position_calibration`: its pool fills from the output as it grows, so its steps emit more
-late in an output than early, and some requests' texts fill it sooner), and its candidate
+only). A lookahead run gives its histograms by output position, by request type and of each
+request, shrunk to its types' (`position_calibration`: its pool fills from the output as it
+grows, so its steps emit more late in an output than early, and some requests' texts fill it
+sooner), and its candidate
 n-grams per sequence and step by output position (`candidate_calibration`: fed beyond the
 window, fewer than a full pool's and fewer early in an output), which the twin feeds instead of
 a full pool's.
@@ -97,15 +98,16 @@ class Calibration:
         )
 
     def by_position(self, k: int) -> AcceptanceByPosition | None:
-        """A lookahead run's acceptance by output position and request type (None from
-        other runs)."""
+        """A lookahead run's acceptance by output position of each measured request (its own
+        rows, shrunk to its request types'), drawn alike (None from other runs)."""
         if self.positions is None:
             return None
         rows = tuple(
             tuple(AcceptanceDistribution.histogram(c, k) for c in by_range)
-            for by_range in self.positions.type_counts
+            for by_range in self.positions.sequence_rows
         )
-        return AcceptanceByPosition(self.positions.starts, rows, self.positions.type_weights)
+        alike = np.full(len(rows), 1.0 / len(rows))  # (M,)
+        return AcceptanceByPosition(self.positions.starts, rows, alike)
 
     def candidates_by_position(self, tail: int) -> CandidatesByPosition | None:
         """A lookahead run's candidate n-grams by output position, of `tail` tokens each (None
@@ -148,6 +150,8 @@ class Calibration:
                 "calibrated_position_counts": self.positions.counts.tolist(),
                 "calibrated_type_weights": np.round(self.positions.type_weights, 6).tolist(),
                 "calibrated_type_counts": np.round(self.positions.type_counts, 3).tolist(),
+                "calibrated_sequences": len(self.positions.sequence_rows),
+                "calibrated_shrinkage_steps": self.positions.shrinkage,
             }
         if self.chain is not None:
             measured |= {

@@ -40,7 +40,7 @@ with the types alone, 1.69-1.80 so, 1.57 measured).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -302,7 +302,13 @@ def _best_shrinkage(steps: _Steps, prior: np.ndarray) -> float:
             total += float(log_step[predicted].sum())
         return total
 
-    return max(SHRINKAGE_GRID, key=held_out)
+    return best_shrinkage(held_out)
+
+
+def best_shrinkage(held_out: Callable[[float], float]) -> float:
+    """The m of `SHRINKAGE_GRID` with the highest held-out log-likelihood; a tie goes to the
+    larger m, the simpler model (requests whose halves are alike to the last digit)."""
+    return max(reversed(SHRINKAGE_GRID), key=held_out)
 
 
 def _bic(log_likelihood: float, types: int, k: int, observations: int) -> float:

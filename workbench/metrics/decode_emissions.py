@@ -44,11 +44,25 @@ class DecodeEmissions:
         """(e,) emissions of each span with room ≥ `room` made when the request had emitted
         `low` to `high` − 1 tokens (a span's j-th emission comes after emitted_before + j ·
         tokens of them)."""
+        first_j, last_j = self._emissions_between(room, low, high)
+        return np.maximum(last_j - first_j + 1, 0)
+
+    def at_positions_on_steps(self, room: int, low: int, high: int, parity: int) -> np.ndarray:
+        """`at_positions(room, low, high)` of those made on a step of the replica whose number
+        has the given parity (0 even, 1 odd): every other emission of a sequence."""
+        first_j, last_j = self._emissions_between(room, low, high)
+        first, last = self.first_step + first_j, self.first_step + last_j  # (e,) their steps
+        of_parity = (last - parity) // 2 - (first - 1 - parity) // 2  # (e,) in [first, last]
+        return np.where(last_j >= first_j, of_parity, 0)
+
+    def _emissions_between(self, room: int, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
+        """(first j, last j), each (e,): the span's emissions `at_positions` counts (none
+        where last < first)."""
         last = np.minimum(self.output_tokens - 1 - room, high - 1)  # (e,) latest position kept
         before, tokens = self.emitted_before, self.tokens
         first_j = np.maximum(-np.floor_divide(before - low, tokens), 0)  # (e,) ⌈(low − eb) / t⌉
         last_j = np.minimum(np.floor_divide(last - before, tokens), self.count - 1)  # (e,)
-        return np.maximum(last_j - first_j + 1, 0)
+        return first_j, last_j
 
     def histogram_at_positions(self, room: int, low: int, high: int) -> np.ndarray:
         """`histogram(room)` of the emissions `at_positions(room, low, high)`."""
