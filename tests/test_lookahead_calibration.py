@@ -98,10 +98,7 @@ def run_decodes(run: RunRecords) -> int:
 def test_requests_that_differ_give_their_twin_request_types(store: ResultsStore) -> None:
     """30 % of the requests accept 1 token a step once warm, 70 % all 3: one set of rows
     would give every simulated request the mean; the types give each its own kind."""
-    rng = np.random.default_rng(3)
-    slow = rng.random(300) < 0.3
-    accept = [(lambda room, s=s: 0 if 119 - room < 8 else (1 if s else 3)) for s in slow.tolist()]
-    store.write_run(lookahead_meta("look5"), sequential_run([120] * 300, accept, k=3))
+    slow = two_kinds_run(store, "look5")
     measured = calibrate(store, "look5")
     by_position, positions = measured.by_position(3), measured.positions
     assert by_position is not None and positions is not None
@@ -152,6 +149,30 @@ def test_lookahead_requests_of_their_own_rates_keep_them(
         for p in (measured.positions, types_alone)
     )
     assert own < 0.8 * typed  # the last range, which every request reaches
+
+
+def two_kinds_run(store: ResultsStore, run_id: str) -> np.ndarray:
+    """A stored run of 300 requests of 120 tokens, cold for 8: (300,) True for the 30 % that
+    accept 1 token a step once warm, the others all 3."""
+    rng = np.random.default_rng(3)
+    slow = rng.random(300) < 0.3
+    accept = [(lambda room, s=s: 0 if 119 - room < 8 else (1 if s else 3)) for s in slow.tolist()]
+    store.write_run(lookahead_meta(run_id), sequential_run([120] * 300, accept, k=3))
+    return slow
+
+
+def test_types_alone_give_each_request_its_own_type_s_rows(
+    store: ResultsStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shrunk all the way, a request's rows are its types' weighted by its posterior: its own
+    type's, not the types' mean."""
+    slow = two_kinds_run(store, "look7")
+    monkeypatch.setattr(chain_calibration, "SHRINKAGE_GRID", (SHRINKAGE_GRID[-1],))
+    positions = calibrate(store, "look7").positions
+    assert positions is not None and positions.shrinkage == SHRINKAGE_GRID[-1]
+    late = np.searchsorted(positions.starts, 64, side="right") - 1
+    means = positions.sequence_rows[:, late] @ np.arange(4)  # (300,)
+    assert np.allclose(means[slow], 1.0, atol=0.02) and np.allclose(means[~slow], 3.0, atol=0.02)
 
 
 def test_thin_position_ranges_join_the_range_before_them(store: ResultsStore) -> None:

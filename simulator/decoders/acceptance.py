@@ -110,9 +110,10 @@ class AcceptanceMixture:
 @dataclass(frozen=True)
 class AcceptanceByPosition:
     """Acceptance that changes along a sequence's output (a lookahead pool fills from the
-    output as it grows), by request type (some texts fill it sooner): `rows[s][i]` for
-    sequences of type s that have emitted `starts[i]` to `starts[i + 1]` − 1 tokens, the last
-    row beyond. A sequence draws its type once (`draw_types`) and keeps it."""
+    output as it grows), by type (some texts fill it sooner; a type may be one measured
+    request): `rows[s][i]` for sequences of type s that have emitted `starts[i]` to
+    `starts[i + 1]` − 1 tokens, the last row beyond. A sequence draws its type once
+    (`draw_types`) and keeps it."""
 
     starts: np.ndarray  # (R,) int64, increasing, starts[0] = 0
     rows: tuple[tuple[AcceptanceDistribution, ...], ...]  # S types × R distributions over 0..K

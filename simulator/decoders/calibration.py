@@ -69,7 +69,7 @@ class Calibration:
     # A fixed chain's run whose types could not be measured: why (its histogram is drawn).
     types_unmeasured: str | None = None
     # A lookahead run: candidate n-grams fed per decoding sequence and step by output position;
-    # and its histograms by output position and request type.
+    # and its histograms by output position, by request type and of each measured request.
     candidates: CandidateMeasurement | None = None
     candidates_unmeasured: str | None = None  # why not (the twin then feeds a full pool)
     positions: PositionMeasurement | None = None
