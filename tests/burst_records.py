@@ -6,11 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 from fixtures_records import make_meta
 
+from simulator.decoders import chain_calibration
+from simulator.decoders.calibration import Calibration, calibrate
 from workbench.records import EmissionSpans, RequestRecords, RunMeta, RunRecords, StepRecords
 from workbench.scenario.decoders import AdaptiveKConfig
 from workbench.scheduling.adaptive_draft import AdaptiveDraftLength
+from workbench.store.db import ResultsStore
 
 STEP_S = 0.01
 PROMPT_TOKENS = 10
@@ -131,3 +135,13 @@ def request_of_rate(rate: float | np.ndarray, rng: np.random.Generator) -> Calla
         return 0 if next(steps) == 0 else int(np.argmin(accepted))
 
     return accept
+
+
+def calibrated_by_types_alone(
+    store: ResultsStore, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> Calibration:
+    """The stored run's calibration with every measured request shrunk all the way to its
+    request types' (the shrinkage grid cut to its last value)."""
+    last = chain_calibration.SHRINKAGE_GRID[-1]
+    monkeypatch.setattr(chain_calibration, "SHRINKAGE_GRID", (last,))
+    return calibrate(store, run_id)

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from burst_records import (
+    calibrated_by_types_alone,
     draw_from,
     kinds_of_request,
     requests_of_their_own,
@@ -17,7 +18,6 @@ from burst_records import (
 from fixtures_records import RequestSpec, make_meta, make_records
 from scenario_helpers import SCENARIOS
 
-from simulator.decoders import chain_calibration
 from simulator.decoders.calibration import calibrate
 from simulator.decoders.chain_calibration import SHRINKAGE_GRID
 from simulator.run import simulate
@@ -142,8 +142,7 @@ def test_requests_of_their_own_rates_keep_them(
     assert measured.chain is not None and measured.chain.shrinkage < SHRINKAGE_GRID[-1]
     mixture = measured.mixture(4)
     assert mixture is not None and np.allclose(mixture.weights, 1 / 150)  # drawn alike
-    monkeypatch.setattr(chain_calibration, "SHRINKAGE_GRID", (SHRINKAGE_GRID[-1],))
-    types_alone = calibrate(store, "own").chain
+    types_alone = calibrated_by_types_alone(store, "own", monkeypatch).chain
     assert types_alone is not None
     own, typed = (
         abs(c.sequence_rates[:, 0] - truth[:, 0]).mean() for c in (measured.chain, types_alone)

@@ -7,11 +7,15 @@ from dataclasses import fields
 
 import numpy as np
 import pytest
-from burst_records import draw_from, requests_of_their_own, sequential_run
+from burst_records import (
+    calibrated_by_types_alone,
+    draw_from,
+    requests_of_their_own,
+    sequential_run,
+)
 from fixtures_records import make_meta
 from scenario_helpers import SCENARIOS
 
-from simulator.decoders import chain_calibration
 from simulator.decoders.calibration import calibrate
 from simulator.decoders.candidate_calibration import fill_unreached, measure_candidates
 from simulator.decoders.chain_calibration import SHRINKAGE_GRID
@@ -140,8 +144,7 @@ def test_lookahead_requests_of_their_own_rates_keep_them(
     assert measured.positions is not None and measured.positions.shrinkage < SHRINKAGE_GRID[-1]
     by_position = measured.by_position(3)
     assert by_position is not None and np.allclose(by_position.weights, 1 / 150)  # drawn alike
-    monkeypatch.setattr(chain_calibration, "SHRINKAGE_GRID", (SHRINKAGE_GRID[-1],))
-    types_alone = calibrate(store, "own").positions
+    types_alone = calibrated_by_types_alone(store, "own", monkeypatch).positions
     assert types_alone is not None
     expected = np.cumprod(truth[:, :3], axis=1).sum(axis=1)  # (150,) E[min(accepted, 3)]
     own, typed = (
@@ -167,8 +170,7 @@ def test_types_alone_give_each_request_its_own_type_s_rows(
     """Shrunk all the way, a request's rows are its types' weighted by its posterior: its own
     type's, not the types' mean."""
     slow = two_kinds_run(store, "look7")
-    monkeypatch.setattr(chain_calibration, "SHRINKAGE_GRID", (SHRINKAGE_GRID[-1],))
-    positions = calibrate(store, "look7").positions
+    positions = calibrated_by_types_alone(store, "look7", monkeypatch).positions
     assert positions is not None and positions.shrinkage == SHRINKAGE_GRID[-1]
     late = np.searchsorted(positions.starts, 64, side="right") - 1
     means = positions.sequence_rows[:, late] @ np.arange(4)  # (300,)
