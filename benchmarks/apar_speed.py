@@ -12,8 +12,9 @@ slows them alike), each through the real engine with the same model loaded once:
 - with --speculative K (the zoo entry's draft, k = K): apar+spec, APAR with every branch
   speculating, and vanilla+spec, the fork-banned model with speculative decoding.
 
-Reports per method: generation steps, wall-clock seconds, answer tokens; and the ratios
-sequential/apar and vanilla/apar. Unstructured prompts are checked for forks too.
+Reports per method: generation steps, wall-clock seconds, answer tokens, numbered list items
+written; and the ratios sequential/apar and vanilla/apar. Unstructured prompts are checked
+for forks too.
 
 With --load RATE..., the same prompts (each --copies times) arrive as a Poisson stream at
 each rate under continuous batching, the three methods taking turns at each rate (the
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -239,7 +241,7 @@ def main() -> None:
             for name, run in best.items():
                 results[name].append(run)
     if results["apar"]:
-        report(results, unstructured_forks, args)
+        report(results, unstructured_forks, args, tok)
     if args.load:
         structured = [tok.encode(r["turns"][0]).ids for r in rows if r["category"] == "structured"]
         under_load(model, structured * args.copies, tokens, eos, args, compared)
@@ -330,7 +332,12 @@ def serve_many(model, prompts, arrivals, max_new, eos, decoder_for, forced=None)
     return records, (forced if forced else answers)
 
 
-def report(results: dict[str, list[Run]], unstructured: list[bool], args) -> None:
+def list_items(text: str) -> int:
+    """Numbered items an answer writes ("3. `name`: ..."), each at a line's start."""
+    return len(re.findall(r"^\d+\. ", text, flags=re.MULTILINE))
+
+
+def report(results: dict[str, list[Run]], unstructured: list[bool], args, tok) -> None:
     apar = results["apar"]
     print(
         f"zoo {args.zoo}, {len(apar)} held-out structured prompts, one request at a time, "
@@ -342,17 +349,18 @@ def report(results: dict[str, list[Run]], unstructured: list[bool], args) -> Non
         f"({len(unstructured)} prompts)"
     )
     print(
-        "| method | steps | seconds | answer tokens | capped answers | steps vs apar "
+        "| method | steps | seconds | answer tokens | items | capped answers | steps vs apar "
         "| seconds vs apar |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     a_steps = sum(r.steps for r in apar)
     a_secs = sum(r.seconds for r in apar)
     for name, runs in results.items():
         steps, secs = sum(r.steps for r in runs), sum(r.seconds for r in runs)
         answer, capped = sum(len(r.answer) for r in runs), sum(r.capped for r in runs)
+        items = sum(list_items(tok.decode(r.answer)) for r in runs)
         ratios = f"{steps / a_steps:.2f}x | {secs / a_secs:.2f}x"
-        print(f"| {name} | {steps} | {secs:.2f} | {answer} | {capped} | {ratios} |")
+        print(f"| {name} | {steps} | {secs:.2f} | {answer} | {items} | {capped} | {ratios} |")
 
 
 if __name__ == "__main__":

@@ -313,8 +313,7 @@ token banned, the first item's detail follows it inline on
 **Data.** Half of the training rows: {s["lists_train"]} numbered lists of the Python
 {card["python_version"]} standard library's public functions, classes and methods with the
 first paragraph of their docstrings (read with `ast`), as 1 + k causal sequences each
-({s["train_sequences"]} sequences), and {s["inline_sequences"]} of the lists (of those short
-enough to fit a row whole) also written sequentially with the details inline
+({s["train_sequences"]} sequences), and {_inline_text(card)}
 ({s["train_rows"]} packed rows in all); {s["lists_heldout"]}
 lists of held-out modules are kept for evaluation (`data/prompts/apar_stdlib.jsonl`). The
 other half: {s["code_rows"]} rows of stdlib source code (corpus digest
@@ -326,6 +325,19 @@ token id {card["tokenizer"]["child_token_id"]}).
 Versions: {", ".join(f"{k} {v}" for k, v in card["versions"].items())}.
 Build time: {card["build_seconds"]:.1f} s.
 """
+
+
+def _inline_text(card: dict[str, Any]) -> str:
+    share, count = card["spec"]["inline_share"], card["structured"]["inline_sequences"]
+    if card["spec"].get("inline_windows"):
+        return (
+            f"{share:.0%} of the lists also written sequentially with the details inline, long "
+            f"ones cut into overlapping row-sized windows ({count} sequences)"
+        )
+    return (
+        f"{count} of the lists (of those short enough to fit a row whole) also written "
+        "sequentially with the details inline"
+    )
 
 
 def _steps(t: dict[str, Any]) -> str:

@@ -12,13 +12,14 @@ where each detail (the docstring's first paragraph) belongs:
 As in APAR's released training data, each answer becomes 1 + k ordinary causal sequences:
 the main one (prompt → skeleton with fork tokens → EOS; loss on the skeleton) and one per
 item (prompt → skeleton up to that item's fork token → child token → detail → EOS; loss
-only after the child token). A seeded quarter of the training lists (among those short
-enough to fit a training row whole) is also written sequentially (prompt → "1. `dumps`:
-detail\n2. ..." → EOS), as the released model's base model would: banned from forking,
-the model then writes the same details inline, so the fork-banned run is a text-for-text
-vanilla baseline. Lists are parsed with `ast` (nothing
-is imported) and split into train / held-out by the same hash of the file path as the code
-corpus, so a held-out module is never seen in either form.
+only after the child token). A seeded quarter of the training lists is also written
+sequentially (prompt → "1. `dumps`: detail\n2. ..." → EOS), as the released model's base
+model would: banned from forking, the model then writes the same details inline, so the
+fork-banned run is a text-for-text vanilla baseline. An inline answer longer than a training
+row is cut into overlapping windows, so that long lists too are written inline to their EOS.
+Lists are parsed with `ast` (nothing is imported) and split into train / held-out by the
+same hash of the file path as the code corpus, so a held-out module is never seen in either
+form.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from real_backend.zoo.specs import AparSpec
 FORK, CHILD = "[Fork]", "[Child]"
 MIN_ITEMS = 2
 MAX_DETAIL_CHARS = 160
+# Tokens a continuation window repeats from the one before, without loss: about two items.
+WINDOW_CONTEXT = 48
 
 
 @dataclass(frozen=True)
@@ -142,13 +145,39 @@ def inline_example(doc: DocList, encode, eos_id: int) -> Example:
 
 
 def inline_rows(lists: list[DocList], encode, eos_id: int, spec: AparSpec) -> list[Example]:
-    """The inline examples: `inline_share` of the lists, drawn by their own seeded generator
-    among those whose inline example fits a training row whole (packing would cut a longer
-    one, losing its EOS)."""
+    """The inline examples of `inline_share` of the lists, drawn by their own seeded generator.
+    With `spec.inline_windows` every list is eligible and a long one is cut into row-sized
+    windows (`windows`); without it (the recipe before 2026-11-28) only lists whose inline
+    form fits one row whole are drawn, which taught the fork-banned model short lists (3.5
+    items on average against 4.3 for `apar-small`'s lists): it wrote less text than APAR and
+    was no text-for-text baseline."""
     whole = {d: inline_example(d, encode, eos_id) for d in lists}
-    fits = [d for d, ex in whole.items() if len(ex.ids) <= spec.seq_len + 1]
-    count = min(round(spec.inline_share * len(lists)), len(fits))
-    return [whole[d] for d in random.Random(spec.seed).sample(fits, count)]
+    length = spec.seq_len + 1
+    if not spec.inline_windows:
+        fits = [d for d, ex in whole.items() if len(ex.ids) <= length]
+        count = min(round(spec.inline_share * len(lists)), len(fits))
+        return [whole[d] for d in random.Random(spec.seed).sample(fits, count)]
+    drawn = random.Random(spec.seed).sample(lists, round(spec.inline_share * len(lists)))
+    return [w for d in drawn for w in windows(whole[d], length)]
+
+
+def windows(ex: Example, length: int, context: int = WINDOW_CONTEXT) -> list[Example]:
+    """`ex` as examples of at most `length` tokens, every target with loss in exactly one:
+    the first window is its opening; each next one ends `length - context` tokens further
+    (or at the end) and carries loss only on targets no earlier window covered, so each of
+    them is predicted from at least `context` tokens before it (packing never splits an
+    example, so a longer one would lose its tail and its EOS)."""
+    assert 0 < context < length
+    n = len(ex.ids)
+    out = [Example(ex.ids[:length], ex.loss[:length])]
+    covered = min(n, length)
+    while covered < n:
+        end = min(n, covered + length - context)
+        start = end - length
+        loss = tuple(flag and i >= covered for i, flag in enumerate(ex.loss[start:end], start))
+        out.append(Example(ex.ids[start:end], loss))
+        covered = end
+    return out
 
 
 def writes_detail_inline(answer: str) -> bool:

@@ -122,9 +122,15 @@ class AparSpec:
     structured_share: float  # of the training rows
     # Training lists also written sequentially, details inline: with the fork token banned the
     # model then writes the same details inline (the released APAR model, tuned from Vicuna,
-    # keeps that ability), so "forks banned" is a text-for-text vanilla baseline. A minority,
-    # so that the fork stays the likelier token after an item's name.
+    # keeps that ability), so "forks banned" is a text-for-text vanilla baseline. Half: every
+    # list's main sequence has a fork after each name against half of them inline, so the
+    # fork stays the likelier token there, and the banned model learns where an inline list
+    # ends (from a quarter, `apar-small` ran on or stopped early more often: docs/apar.md).
+    # `apar-tiny` keeps a quarter: at half, one of its 16 held-out code openings forked.
     inline_share: float
+    # Long inline lists cut into windows rather than left out (`apar_data.inline_rows`); False
+    # is the recipe of the models measured before 2026-11-28, kept to rebuild them.
+    inline_windows: bool
     eval_prompts: int  # held-out prompts of each kind for the fork rates
     eval_new_tokens: int  # tokens the root may emit while the fork rate is measured
     max_depth: int = 2
@@ -151,6 +157,7 @@ APAR_TINY = AparSpec(
     max_items=5,
     structured_share=0.5,
     inline_share=0.25,
+    inline_windows=True,
     eval_prompts=16,
     eval_new_tokens=64,
 )
@@ -176,7 +183,8 @@ APAR_SMALL = AparSpec(
     distill=0.9,  # ZooSpec's measured best (see ZooSpec.distill)
     max_items=6,
     structured_share=0.5,
-    inline_share=0.25,
+    inline_share=0.5,
+    inline_windows=True,
     eval_prompts=32,
     eval_new_tokens=96,
 )
