@@ -3,10 +3,13 @@ released training data and the inline form, with their loss masks."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 from real_backend.zoo.apar_data import (
+    WINDOW_CONTEXT,
     DocList,
+    Example,
     examples,
     inline_example,
     inline_rows,
@@ -83,7 +86,11 @@ def test_inline_rows_draw_long_lists_too_cut_into_windows() -> None:
     ends = [ex for ex in rows if ex.ids[-1] == EOS]
     assert len(ends) == 16  # half of the 32 lists, each written to its EOS
     assert len(rows) > len(ends)  # the long ones drawn, in more than one window
+    prompt = tuple(encode("Describe"))
+    continued = [ex for ex in rows if ex.ids[: len(prompt)] != prompt]
+    assert continued and not any(any(ex.loss[:WINDOW_CONTEXT]) for ex in continued)
     assert rows == inline_rows(short + long, encode, EOS, spec)
+    assert rows != inline_rows(short + long, encode, EOS, replace(spec, seed=spec.seed + 1))
 
 
 def test_windows_train_every_target_once_with_context_before_it() -> None:
@@ -102,6 +109,15 @@ def test_windows_train_every_target_once_with_context_before_it() -> None:
     assert trained == [i for i, f in enumerate(ex.loss) if f]
     for w in parts[1:]:
         assert not any(w.loss[:context])  # at least `context` tokens before any target
+
+
+def test_windows_keep_an_examples_own_loss_mask() -> None:
+    """A target without loss in the example (a child's context) gets none in any window."""
+    flags = random.Random(0).choices([True, False], k=200)
+    ex = Example(tuple(range(200)), (False, *flags[1:]))
+    parts = windows(ex, 40, 10)
+    trained = sorted(w.ids[i] for w in parts for i, f in enumerate(w.loss) if f)
+    assert trained == [i for i, f in enumerate(ex.loss) if f]
 
 
 def _start(whole: tuple[int, ...], part: tuple[int, ...]) -> int:

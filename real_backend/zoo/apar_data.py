@@ -12,14 +12,14 @@ where each detail (the docstring's first paragraph) belongs:
 As in APAR's released training data, each answer becomes 1 + k ordinary causal sequences:
 the main one (prompt → skeleton with fork tokens → EOS; loss on the skeleton) and one per
 item (prompt → skeleton up to that item's fork token → child token → detail → EOS; loss
-only after the child token). A seeded quarter of the training lists is also written
-sequentially (prompt → "1. `dumps`: detail\n2. ..." → EOS), as the released model's base
-model would: banned from forking, the model then writes the same details inline, so the
-fork-banned run is a text-for-text vanilla baseline. An inline answer longer than a training
-row is cut into overlapping windows, so that long lists too are written inline to their EOS.
-Lists are parsed with `ast` (nothing is imported) and split into train / held-out by the
-same hash of the file path as the code corpus, so a held-out module is never seen in either
-form.
+only after the child token). A seeded share of the training lists (`inline_share`: half
+for `apar-small`, a quarter for `apar-tiny`) is also written sequentially (prompt →
+"1. `dumps`: detail\n2. ..." → EOS), as the released model's base model would: banned from
+forking, the model then writes the details inline, so the fork-banned run is a vanilla
+baseline of similar text. An inline answer longer than a training row is cut into
+overlapping windows, so that long lists too are written inline to their EOS. Lists are
+parsed with `ast` (nothing is imported) and split into train / held-out by the same hash of
+the file path as the code corpus, so a held-out module is never seen in either form.
 """
 
 from __future__ import annotations
@@ -148,9 +148,9 @@ def inline_rows(lists: list[DocList], encode, eos_id: int, spec: AparSpec) -> li
     """The inline examples of `inline_share` of the lists, drawn by their own seeded generator.
     With `spec.inline_windows` every list is eligible and a long one is cut into row-sized
     windows (`windows`); without it (the recipe before 2026-11-28) only lists whose inline
-    form fits one row whole are drawn, which taught the fork-banned model short lists (3.5
-    items on average against 4.3 for `apar-small`'s lists): it wrote less text than APAR and
-    was no text-for-text baseline."""
+    form fits one row whole are drawn (3.5 items on average against 4.3 for `apar-small`'s
+    lists), which taught the fork-banned model short lists: on the 73 held-out prompts it
+    wrote 10 % fewer list items than APAR (docs/apar.md)."""
     whole = {d: inline_example(d, encode, eos_id) for d in lists}
     length = spec.seq_len + 1
     if not spec.inline_windows:

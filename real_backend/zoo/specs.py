@@ -122,10 +122,10 @@ class AparSpec:
     structured_share: float  # of the training rows
     # Training lists also written sequentially, details inline: with the fork token banned the
     # model then writes the same details inline (the released APAR model, tuned from Vicuna,
-    # keeps that ability), so "forks banned" is a text-for-text vanilla baseline. Half: every
+    # keeps that ability), so "forks banned" is a vanilla baseline of similar text. Half: every
     # list's main sequence has a fork after each name against half of them inline, so the
     # fork stays the likelier token there, and the banned model learns where an inline list
-    # ends (from a quarter, `apar-small` ran on or stopped early more often: docs/apar.md).
+    # ends (from a quarter, `apar-small` ran on to the token cap more often: docs/apar.md).
     # `apar-tiny` keeps a quarter: at half, one of its 16 held-out code openings forked.
     inline_share: float
     # Long inline lists cut into windows rather than left out (`apar_data.inline_rows`); False
