@@ -18,7 +18,9 @@ for forks too.
 
 With --load RATE..., the same prompts (each --copies times) arrive as a Poisson stream at
 each rate under continuous batching, the three methods taking turns at each rate (the
-sequential one decoding each request's APAR answer): requests per second, p50/p99 E2E, steps.
+sequential one decoding each request's APAR answer): requests per second, p50/p99 E2E, steps;
+then where the latencies come from: the steps each request lived through (arrival to finish),
+median and 99th percentile, and the mean step time over them (E2E = steps lived × that).
 
     python benchmarks/apar_speed.py [--zoo apar-small] [--prompts 24] [--max-new 160]
         [--repeat 3] [--threads 1] [--load 2 4 8] [--copies 4] [--speculative 4]
@@ -36,6 +38,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -51,6 +54,11 @@ from real_backend.zoo.build import resolve_zoo_model
 from workbench.scenario.decoders import AparDecoderConfig, AparSpeculationConfig
 from workbench.scheduling.continuous import ContinuousBatching
 from workbench.workload.requests import Workload
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+    from workbench.records import RunRecords
 
 PROMPTS = Path(__file__).resolve().parent.parent / "data" / "prompts" / "apar_stdlib.jsonl"
 BLOCK = 16
@@ -244,7 +252,7 @@ def main() -> None:
         report(results, unstructured_forks, args, tok)
     if args.load:
         structured = [tok.encode(r["turns"][0]).ids for r in rows if r["category"] == "structured"]
-        under_load(model, structured * args.copies, tokens, eos, args, compared)
+        under_load(model, structured * args.copies, tokens, eos, args, compared, tok)
 
 
 def under_load(
@@ -254,10 +262,10 @@ def under_load(
     eos: frozenset[int],
     args: argparse.Namespace,
     compared: dict[str, DecoderFor],
+    tok: Tokenizer,
 ) -> None:
-    """The methods in turn at each rate, the same Poisson arrivals for all three."""
-    from workbench.metrics import summarize
-
+    """The methods in turn at each rate, the same Poisson arrivals for all three; the best
+    run of each (by requests per second) reported, then where its latencies come from."""
     skip = {tokens.fork} | set(eos)
     print(f"\nunder load: {len(prompts)} structured prompts, Poisson, continuous batching")
     print(
@@ -266,43 +274,104 @@ def under_load(
     )
     print("|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(0)
+    tails: list[str] = []
     for rate in args.load:
         arrivals = np.cumsum(rng.exponential(1 / rate, len(prompts)))
         arrivals -= arrivals[0]
-        best: dict[str, tuple[dict, int, int, int]] = {}
+        best: dict[str, LoadRow] = {}
         for _ in range(args.repeat):
-            runs = {
-                name: serve_many(model, prompts, arrivals, args.max_new, eos, decoder_for)
-                for name, decoder_for in compared.items()
-            }
-            apar = runs["apar"][1]
-            answers = {i: [t for t in a if t not in skip] + [min(eos)] for i, a in apar.items()}
-            runs["sequential"] = serve_many(
-                model,
-                prompts,
-                arrivals,
-                args.max_new,
-                eos,
-                lambda c, answers=answers: ForcedDecoder(
-                    model, c, answers, {i: len(p) for i, p in enumerate(prompts)}
-                ),
-                answers,
-            )
-            for name, (records, out) in runs.items():
-                s = summarize(records)
-                answer = sum(len([t for t in a if t not in skip]) for a in out.values())
-                if (
-                    name not in best
-                    or s["request_throughput"] > best[name][0]["request_throughput"]
-                ):
-                    steps = int(records.steps.step.max()) + 1
-                    best[name] = (s, steps, answer, capped_requests(records))
-        for name, (s, steps, answer, capped) in best.items():
-            rps, p50, p99 = s["request_throughput"], s["median_e2el_ms"], s["p99_e2el_ms"]
-            print(
-                f"| {rate} | {name} | {rps:.2f} | {p50 / 1000:.2f} | "
-                f"{p99 / 1000:.2f} | {steps} | {answer} | {capped} |"
-            )
+            for name, (records, out) in serve_in_turn(
+                model, prompts, arrivals, eos, args, compared, skip
+            ).items():
+                row = LoadRow.of(records, out, skip, tok)
+                if name not in best or row.throughput > best[name].throughput:
+                    best[name] = row
+        for name, row in best.items():
+            print(f"| {rate} | {name} | {row.line} |")
+            tails.append(f"| {rate} | {name} | {row.tail} |")
+    print("\nwhere the latencies come from (the runs above): steps each request lived through")
+    print("| rate/s | method | steps lived p50 / p99 | mean ms per step lived | lines that loop |")
+    print("|---|---|---|---|---|")
+    print("\n".join(tails))
+
+
+def serve_in_turn(
+    model: Transformer,
+    prompts: list[list[int]],
+    arrivals: np.ndarray,
+    eos: frozenset[int],
+    args: argparse.Namespace,
+    compared: dict[str, DecoderFor],
+    skip: set[int],
+) -> dict[str, tuple[RunRecords, dict[int, list[int]]]]:
+    """Each compared method, then the sequential one decoding APAR's answers."""
+    runs = {
+        name: serve_many(model, prompts, arrivals, args.max_new, eos, decoder_for)
+        for name, decoder_for in compared.items()
+    }
+    apar = runs["apar"][1]
+    answers = {i: [t for t in a if t not in skip] + [min(eos)] for i, a in apar.items()}
+    lengths = {i: len(p) for i, p in enumerate(prompts)}
+    runs["sequential"] = serve_many(
+        model,
+        prompts,
+        arrivals,
+        args.max_new,
+        eos,
+        lambda c: ForcedDecoder(model, c, answers, lengths),
+        answers,
+    )
+    return runs
+
+
+@dataclass
+class LoadRow:
+    throughput: float  # requests per second
+    line: str  # the load table's cells
+    tail: str  # the latency table's cells
+
+    @classmethod
+    def of(
+        cls, records: RunRecords, answers: dict[int, list[int]], skip: set[int], tok: Tokenizer
+    ) -> LoadRow:
+        from workbench.metrics import summarize
+
+        s = summarize(records)
+        texts = [tok.decode([t for t in a if t not in skip]) for a in answers.values()]
+        tokens = sum(len([t for t in a if t not in skip]) for a in answers.values())
+        steps = int(records.steps.step.max()) + 1
+        rps, p50, p99 = s["request_throughput"], s["median_e2el_ms"], s["p99_e2el_ms"]
+        line = (
+            f"{rps:.2f} | {p50 / 1000:.2f} | {p99 / 1000:.2f} | {steps} | {tokens} "
+            f"| {capped_requests(records)}"
+        )
+        return cls(rps, line, f"{lived_steps(records)} | {looping_lines(texts)}")
+
+
+def lived_steps(records: RunRecords) -> str:
+    """Steps each request lived through, whole, from arrival to finish: p50 / p99 of the
+    count, and the mean over requests of E2E / count (the step time a request saw)."""
+    st, rq = records.steps, records.requests
+    order = np.argsort(st.start_s)
+    start, end = st.start_s[order], (st.start_s + st.duration_s)[order]
+    first = np.searchsorted(start, rq.arrival_s, side="left")
+    last = np.searchsorted(np.maximum.accumulate(end), rq.finish_s + 1e-9, side="right")
+    count = np.maximum(last - first, 1)
+    per_step_ms = (rq.finish_s - rq.arrival_s) / count * 1e3
+    p50, p99 = np.percentile(count, [50, 99])
+    return f"{p50:.0f} / {p99:.0f} | {per_step_ms.mean():.2f}"
+
+
+def looping_lines(texts: list[str], n: int = 3, times: int = 3) -> str:
+    """Answer lines in which some run of `n` words recurs `times` times or more (a detail
+    the model repeats itself in), of all non-empty lines."""
+    lines = [line.split() for text in texts for line in text.splitlines() if line.strip()]
+    loops = sum(
+        max(Counter(tuple(w[i : i + n]) for i in range(len(w) - n + 1)).values(), default=0)
+        >= times
+        for w in lines
+    )
+    return f"{loops} of {len(lines)}"
 
 
 def serve_many(model, prompts, arrivals, max_new, eos, decoder_for, forced=None):
