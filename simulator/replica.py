@@ -28,7 +28,7 @@ from simulator.decoders.apar import AparBranches
 from simulator.decoders.stepper import MultiTokenStepper, StepDraw
 from simulator.pipeline import StagePipeline
 from workbench.recorder import Recorder
-from workbench.scheduling.plan import StepPlan, StepResult
+from workbench.scheduling.plan import StepPlan, StepResult, forward_split
 from workbench.scheduling.policy import BatchPolicy
 from workbench.scheduling.sequence import Sequence
 
@@ -155,7 +155,9 @@ class SimReplica:
         if self.pipeline is not None:
             return
         durations[0] += self.cost_model.wake_s(idle_s) if idle_s > 0.0 else 0.0
-        if plan.prefills or not plan.decode_batch_size or not self._prefill_tokens:
+        if not plan.decode_batch_size or not self._prefill_tokens:
+            return
+        if plan.prefills and forward_split(plan)[1]:  # a prefill forward runs in this step
             return
         since = self._decodes_since_prefill
         for j in range(min(self.cost_model.after_prefill_steps - since, len(durations))):
@@ -163,10 +165,10 @@ class SimReplica:
 
     def _count_since_prefill(self, plan: StepPlan, steps: int) -> None:
         """After committing `steps` steps of `plan`: where the engine stands after a prefill."""
-        if plan.prefills:
+        prefilled = forward_split(plan)[1] if plan.prefills else []  # (APAR's forks: decodes)
+        if prefilled:
             self._prefill_tokens = prefill_reach(
-                (chunk.tokens for chunk in plan.prefills),
-                (chunk.context_tokens for chunk in plan.prefills),
+                (chunk.tokens for chunk in prefilled), (chunk.context_tokens for chunk in prefilled)
             )
             self._decodes_since_prefill = 0
         elif plan.decode_batch_size:
@@ -186,12 +188,15 @@ class SimReplica:
             self._draw = self.decoder.plan_step(plan, seqs, self.cost_model)
             return np.array([self._draw.duration_s])
         if plan.prefills:
+            forks, others = forward_split(plan)
+            chunks = forks + others
             work = StepWork(
-                prefill_chunk_tokens=tuple(c.tokens for c in plan.prefills),
-                prefill_context_tokens=tuple(c.context_tokens for c in plan.prefills),
+                prefill_chunk_tokens=tuple(c.tokens for c in chunks),
+                prefill_context_tokens=tuple(c.context_tokens for c in chunks),
                 decode_batch_size=plan.decode_batch_size,
                 decode_context_sum=plan.decode_context_sum,
                 decode_context_max=plan.decode_context_max,
+                fork_chunks=len(forks),
             )
             return np.array([self.cost_model.step_time_s(work)])
         return self.cost_model.decode_span_s(

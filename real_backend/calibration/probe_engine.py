@@ -20,7 +20,7 @@ import numpy as np
 from real_backend.decoders.base import DecodeOutcome
 from real_backend.engine import RealEngine
 from workbench.records import DraftForwards, RunRecords, StepRecords
-from workbench.scheduling.plan import StepPlan
+from workbench.scheduling.plan import StepPlan, chunk_rows, forward_split
 from workbench.store.profiles import ProfilePoint
 from workbench.workload.requests import Workload
 
@@ -44,6 +44,30 @@ def extra_context_sum(extra_per_sequence: int, batch: int, context_sum: int) -> 
     holds c tokens (its first new token included) sees c + k keys."""
     w = extra_per_sequence
     return w * context_sum + batch * w * (w + 1) // 2
+
+
+def step_shape(plan: StepPlan, outcome: DecodeOutcome | None, woke_at_s: float | None) -> StepShape:
+    """What the engine computed for `plan`, as the simulator's StepWork counts it: the
+    decodes' extra rows (a verification's drafts or window, and APAR's forks' chunks, which
+    run in the decode forward: `forward_split`), the other chunks as prefill."""
+    # A static batch's plan counts its finished members as padding slots the engine does
+    # not decode (verified < batch): no extra tokens, not a negative count.
+    batch = plan.decode_batch_size
+    extra = max(outcome.verified - batch, 0) if outcome else 0
+    per_sequence = extra // batch if batch else 0
+    forks, chunks = forward_split(plan)
+    fork_rows, fork_keys = chunk_rows((c.tokens for c in forks), (c.context_tokens for c in forks))
+    return StepShape(
+        prefill_chunk_tokens=tuple(c.tokens for c in chunks),
+        prefill_context_tokens=tuple(c.context_tokens for c in chunks),
+        decode_batch_size=batch,
+        decode_context_sum=plan.decode_context_sum,
+        decode_context_max=plan.decode_context_max,
+        decode_extra_tokens=extra + fork_rows,
+        decode_extra_context_sum=fork_keys
+        + extra_context_sum(per_sequence, batch, plan.decode_context_sum),
+        woke_at_s=woke_at_s,
+    )
 
 
 class ProfilingEngine(RealEngine):
@@ -80,24 +104,7 @@ class ProfilingEngine(RealEngine):
         super()._record_step(plan, start_s, end_s, emitted, prefill_tokens, outcome, accepted)
         if outcome is not None:
             self.drafts.append(DraftForwards(tuple(outcome.draft_forwards), outcome.draft_s))
-        # A static batch's plan counts its finished members as padding slots the engine
-        # does not decode (verified < batch): no extra tokens, not a negative count.
-        extra = max(outcome.verified - plan.decode_batch_size, 0) if outcome else 0
-        per_sequence = extra // plan.decode_batch_size if plan.decode_batch_size else 0
-        self.shapes.append(
-            StepShape(
-                prefill_chunk_tokens=tuple(c.tokens for c in plan.prefills),
-                prefill_context_tokens=tuple(c.context_tokens for c in plan.prefills),
-                decode_batch_size=plan.decode_batch_size,
-                decode_context_sum=plan.decode_context_sum,
-                decode_context_max=plan.decode_context_max,
-                decode_extra_tokens=extra,
-                decode_extra_context_sum=extra_context_sum(
-                    per_sequence, plan.decode_batch_size, plan.decode_context_sum
-                ),
-                woke_at_s=self._woke_at_s,
-            )
-        )
+        self.shapes.append(step_shape(plan, outcome, self._woke_at_s))
         self._woke_at_s = None
 
 

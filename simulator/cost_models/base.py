@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+
+from workbench.scheduling.plan import chunk_rows
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,12 @@ class StepWork:
     decoding sequence: `decode_extra_tokens` beyond the one each, every one attending to the
     KV before it plus the step's earlier tokens of its sequence (a chain), summed in
     `decode_extra_context_sum`. Both are 0 for vanilla decoding, which keeps its own path.
+
+    APAR's forks: the first `fork_chunks` prefill chunks are forks' (a branch's fork and
+    child tokens over its parent's prefix) that the real engine computes in its decode
+    forward, as rows beside the decodes' (`workbench.scheduling.plan.forward_split`;
+    `in_decode_forward` gives the step as it ran them); a cost model of other kernels may
+    price them as chunks.
     """
 
     prefill_chunk_tokens: tuple[int, ...] = ()  # per prefilling sequence: new tokens
@@ -32,10 +40,28 @@ class StepWork:
     decode_context_max: int = 0  # the longest of those lengths (0: not known, taken as equal)
     decode_extra_tokens: int = 0  # Σ tokens decodes compute beyond their one (drafts, window)
     decode_extra_context_sum: int = 0  # Σ over those tokens of the keys each attends to
+    fork_chunks: int = 0  # the first prefill chunks that are APAR forks' (see above)
 
     @property
     def num_tokens(self) -> int:
         return sum(self.prefill_chunk_tokens) + self.decode_batch_size + self.decode_extra_tokens
+
+    def in_decode_forward(self) -> StepWork:
+        """The step as the real engine runs it: forks' chunks as extra rows of the decode
+        forward (tokens and keys added to `decode_extra_*`), only the other chunks as
+        prefill."""
+        if not self.fork_chunks:
+            return self
+        n = self.fork_chunks
+        tokens, keys = chunk_rows(self.prefill_chunk_tokens[:n], self.prefill_context_tokens[:n])
+        return replace(
+            self,
+            prefill_chunk_tokens=self.prefill_chunk_tokens[n:],
+            prefill_context_tokens=self.prefill_context_tokens[n:],
+            decode_extra_tokens=self.decode_extra_tokens + tokens,
+            decode_extra_context_sum=self.decode_extra_context_sum + keys,
+            fork_chunks=0,
+        )
 
     @property
     def padded_decode_keys(self) -> int:

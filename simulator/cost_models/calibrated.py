@@ -24,7 +24,7 @@ from simulator.cost_models.calibrated_fit import (
     prefill_keys,
 )
 from workbench.errors import WorkbenchError
-from workbench.scenario.decoders import PIPELINE_DECODER_KINDS, draft_of
+from workbench.scenario.decoders import PIPELINE_DECODER_KINDS, AparDecoderConfig, draft_of
 from workbench.scenario.scenario import Scenario
 from workbench.scenario.system import CalibratedCostConfig
 from workbench.store.profiles import VERIFY_REVISION, Profile, ProfilePoint, read_csv_profile
@@ -147,7 +147,9 @@ class CalibratedCostModel(SplitCostModel):
         return self.price_scale * (base + context)
 
     def _mixed_time_s(self, work: StepWork) -> float:
-        return self.price_scale * self._fitted_mixed_s(work)
+        # The profile measured this engine's forwards, which compute APAR forks' chunks in
+        # the decode forward (priced as its extra rows, as a verification's).
+        return self.price_scale * self._fitted_mixed_s(work.in_decode_forward())
 
     def _fitted_mixed_s(self, work: StepWork) -> float:
         seconds = 0.0
@@ -414,8 +416,11 @@ def check_profile(
 
 
 def verifies(scenario: Scenario) -> bool:
-    """Whether the scenario's decodes run verification steps (drafted or guessed tokens)."""
-    return scenario.decoder.kind in MULTI_TOKEN_DECODERS or draft_of(scenario.decoder) is not None
+    """Whether the scenario's engine runs verification-shaped steps (drafted or guessed
+    tokens; APAR's forks' chunks beside the decodes), priced by the verify curve."""
+    decoder = scenario.decoder
+    forks = isinstance(decoder, AparDecoderConfig) and decoder.max_branches > 1
+    return decoder.kind in MULTI_TOKEN_DECODERS or forks or draft_of(decoder) is not None
 
 
 def check_verify_revision(profile: Profile, field: str = FIELD) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,6 +15,19 @@ class PrefillChunk:
     seq: Sequence
     tokens: int  # new prompt tokens computed in this step
     context_tokens: int  # tokens already cached before the chunk
+
+    @property
+    def is_fork(self) -> bool:
+        """An APAR fork's chunk (a branch's fork and child tokens over its parent's prefix):
+        the real engine computes it in the decode forward, as rows beside the decodes'."""
+        return self.seq.parent_id >= 0
+
+
+def chunk_rows(tokens: Iterable[int], contexts: Iterable[int]) -> tuple[int, int]:
+    """(tokens, keys) of chunks computed as rows of one forward: a chunk of c tokens over p
+    cached ones attends to c·p + c(c + 1)/2 keys (causal inside the chunk)."""
+    pairs = list(zip(tokens, contexts, strict=True))
+    return sum(c for c, _ in pairs), sum(c * p + c * (c + 1) // 2 for c, p in pairs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,3 +99,12 @@ class StepResult:
     # Branch ids whose KV blocks were released (not necessarily ended this step: a branch
     # that ended earlier is held while a descendant may still read its blocks).
     released: list[int] = field(default_factory=list)
+
+
+def forward_split(plan: StepPlan) -> tuple[list[PrefillChunk], list[PrefillChunk]]:
+    """(APAR forks' chunks the engine computes in the decode forward, the chunks it runs as
+    prefill forwards). Beside decodes a fork's chunk is rows of the decode forward; in a
+    step without decodes the forward is the chunks' alone, a prefill's."""
+    if not plan.decode_batch_size:
+        return [], list(plan.prefills)
+    return [c for c in plan.prefills if c.is_fork], [c for c in plan.prefills if not c.is_fork]
