@@ -69,9 +69,8 @@ def test_a_step_with_forks_moves_their_tokens_and_keys_to_the_decode_rows() -> N
     assert ran.decode_extra_tokens == 6 + 4
     assert ran.decode_extra_context_sum == 321 + (2 * 40 + 3) + (2 * 70 + 3)
     assert ran.fork_chunks == 0 and ran.num_tokens == work.num_tokens
-    assert StepWork(
-        prefill_chunk_tokens=(2,), prefill_context_tokens=(40,)
-    ).in_decode_forward() == (StepWork(prefill_chunk_tokens=(2,), prefill_context_tokens=(40,)))
+    alone = StepWork(prefill_chunk_tokens=(2,), prefill_context_tokens=(40,), fork_chunks=1)
+    assert alone.in_decode_forward() is alone  # no decodes: no decode forward to join
 
 
 def test_a_served_step_records_forks_as_the_twin_prices_them() -> None:
@@ -100,6 +99,15 @@ def test_a_served_step_records_forks_as_the_twin_prices_them() -> None:
     )  # fmt: skip
     assert recorded == simulated
     assert shape.decode_extra_tokens == 2 and shape.prefill_chunk_tokens == (24,)
+    assert shape.decode_extra_context_sum == 2 * 40 + 3
+    # Speculating branches: 3 sequences verify 2 drafts each beside the fork's 2 rows.
+    drafted = DecodeOutcome([[5], [6], [7]], verified=9, accepted_per_request=[0, 0, 0])
+    shape = step_shape(plan, drafted, None)
+    assert shape.decode_extra_tokens == 6 + 2
+    assert shape.decode_extra_context_sum == (2 * 150 + 3 * 3) + (2 * 40 + 3)
+    # No decodes: the chunks are the step's forward, a prefill's.
+    shape = step_shape(_plan(0, _chunks()), None, None)
+    assert shape.prefill_chunk_tokens == (24, 2) and shape.decode_extra_tokens == 0
 
 
 def test_the_calibrated_model_prices_a_fork_as_rows_of_the_decode_forward() -> None:
@@ -124,34 +132,39 @@ def test_a_forking_apar_twin_needs_the_profiles_verify_steps() -> None:
     apar = load_scenario(SCENARIOS / "apar_sim.yaml")
     assert verifies(apar)
     assert not verifies(load_scenario(SCENARIOS / "apar_sim.yaml", ["decoder.max_branches=1"]))
+    assert not verifies(load_scenario(SCENARIOS / "apar_sim.yaml", ["decoder.max_depth=1"]))
     assert not verifies(load_scenario(SCENARIOS / "quickstart.yaml"))
 
 
 class _Spy(FixedStepCostModel):
-    """10 ms a step, 1 ms on each of the first four decode steps after a prefill; notes the
-    steps it prices and the prefills the replica charges for."""
+    """10 ms a step, 1 ms on each of the first four decode steps after a prefill; notes each
+    charge beside the step it is for and the reach of the last prompt prefill priced."""
 
     def __init__(self) -> None:
         super().__init__(10.0)
-        self.works: list[StepWork] = []
-        self.charged: list[tuple[StepWork | None, int]] = []  # (the step charged, P)
+        self.last: StepWork | None = None  # the step priced last
+        self.prompt_reach = 0  # P of the last step with prompts' chunks
+        self.charged: list[tuple[StepWork | None, int, int]] = []  # (step, P, prompts' P)
 
     @property
     def after_prefill_steps(self) -> int:
         return 4
 
     def after_prefill_s(self, prefill_tokens: int, steps_after: int) -> float:
-        self.charged.append((self.works[-1] if self.works else None, prefill_tokens))
+        self.charged.append((self.last, prefill_tokens, self.prompt_reach))
         return 0.001
 
     def step_time_s(self, work: StepWork) -> float:
-        self.works.append(work)
+        self.last, n = work, work.fork_chunks
+        if len(work.prefill_chunk_tokens) > n:
+            chunks, cached = work.prefill_chunk_tokens[n:], work.prefill_context_tokens[n:]
+            self.prompt_reach = sum(chunks) + sum(cached)
         return super().step_time_s(work)
 
     def decode_span_s(
         self, batch_size: int, context_sum: int, n_steps: int, context_max: int = 0
     ) -> np.ndarray:
-        self.works.append(StepWork(decode_batch_size=batch_size, decode_context_sum=context_sum))
+        self.last = StepWork(decode_batch_size=batch_size, decode_context_sum=context_sum)
         return super().decode_span_s(batch_size, context_sum, n_steps, context_max)
 
 
@@ -172,13 +185,6 @@ def test_a_replica_charges_after_prompt_prefills_only_not_after_forks(
         "workload.arrival={kind: poisson, rate_per_s: 20}",
     ]
     simulator.run.simulate(load_scenario(path, [*overrides, *speculating]))
-    prompts = {
-        sum(w.prefill_chunk_tokens[w.fork_chunks :])
-        + sum(w.prefill_context_tokens[w.fork_chunks :])
-        for w in spy.works
-        if len(w.prefill_chunk_tokens) > w.fork_chunks
-    }
-    fork_steps = [w for w in spy.works if w.fork_chunks and w.decode_batch_size]
-    assert fork_steps and prompts
-    assert {tokens for _, tokens in spy.charged} <= prompts  # never a fork's chunk
-    assert any(w is not None and w.fork_chunks for w, _ in spy.charged)  # forks' steps pay
+    assert spy.charged
+    assert all(tokens == prompts for _, tokens, prompts in spy.charged)  # never a fork's P
+    assert any(w is not None and w.fork_chunks for w, _, _ in spy.charged)  # forks' steps pay

@@ -49,8 +49,8 @@ class StepWork:
     def in_decode_forward(self) -> StepWork:
         """The step as the real engine runs it: forks' chunks as extra rows of the decode
         forward (tokens and keys added to `decode_extra_*`), only the other chunks as
-        prefill."""
-        if not self.fork_chunks:
+        prefill. Without decodes there are none (`forward_split`): the step is its chunks'."""
+        if not self.fork_chunks or not self.decode_batch_size:
             return self
         n = self.fork_chunks
         tokens, keys = chunk_rows(self.prefill_chunk_tokens[:n], self.prefill_context_tokens[:n])

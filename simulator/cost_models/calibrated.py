@@ -419,7 +419,7 @@ def verifies(scenario: Scenario) -> bool:
     """Whether the scenario's engine runs verification-shaped steps (drafted or guessed
     tokens; APAR's forks' chunks beside the decodes), priced by the verify curve."""
     decoder = scenario.decoder
-    forks = isinstance(decoder, AparDecoderConfig) and decoder.max_branches > 1
+    forks = isinstance(decoder, AparDecoderConfig) and decoder.forks
     return decoder.kind in MULTI_TOKEN_DECODERS or forks or draft_of(decoder) is not None
 
 

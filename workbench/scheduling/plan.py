@@ -104,7 +104,8 @@ class StepResult:
 def forward_split(plan: StepPlan) -> tuple[list[PrefillChunk], list[PrefillChunk]]:
     """(APAR forks' chunks the engine computes in the decode forward, the chunks it runs as
     prefill forwards). Beside decodes a fork's chunk is rows of the decode forward; in a
-    step without decodes the forward is the chunks' alone, a prefill's."""
-    if not plan.decode_batch_size:
+    step without decodes the forward holds the chunks alone, priced and recorded as a
+    prefill's."""
+    if not plan.prefills or not plan.decode_batch_size:
         return [], list(plan.prefills)
     return [c for c in plan.prefills if c.is_fork], [c for c in plan.prefills if not c.is_fork]
