@@ -165,7 +165,8 @@ class SimReplica:
 
     def _count_since_prefill(self, plan: StepPlan, steps: int) -> None:
         """After committing `steps` steps of `plan`: where the engine stands after a prefill."""
-        prefilled = forward_split(plan)[1] if plan.prefills else []  # (APAR's forks: decodes)
+        # APAR forks' chunks beside decodes run in the decode forward: no prefill for this.
+        prefilled = forward_split(plan)[1] if plan.prefills else []
         if prefilled:
             self._prefill_tokens = prefill_reach(
                 (chunk.tokens for chunk in prefilled), (chunk.context_tokens for chunk in prefilled)
