@@ -51,6 +51,7 @@ from real_backend.model.loading import load_checkpoint
 from real_backend.model.transformer import SeqStep, Transformer
 from real_backend.serve import DTYPES, eos_token_ids
 from real_backend.zoo.build import resolve_zoo_model
+from workbench.metrics import summarize
 from workbench.scenario.decoders import AparDecoderConfig, AparSpeculationConfig
 from workbench.scheduling.continuous import ContinuousBatching
 from workbench.workload.requests import Workload
@@ -334,11 +335,9 @@ class LoadRow:
     def of(
         cls, records: RunRecords, answers: dict[int, list[int]], skip: set[int], tok: Tokenizer
     ) -> LoadRow:
-        from workbench.metrics import summarize
-
         s = summarize(records)
-        texts = [tok.decode([t for t in a if t not in skip]) for a in answers.values()]
-        tokens = sum(len([t for t in a if t not in skip]) for a in answers.values())
+        written = [[t for t in a if t not in skip] for a in answers.values()]
+        texts, tokens = [tok.decode(ids) for ids in written], sum(map(len, written))
         steps = int(records.steps.step.max()) + 1
         rps, p50, p99 = s["request_throughput"], s["median_e2el_ms"], s["p99_e2el_ms"]
         line = (

@@ -28,7 +28,7 @@ from simulator.decoders.apar import AparBranches
 from simulator.decoders.stepper import MultiTokenStepper, StepDraw
 from simulator.pipeline import StagePipeline
 from workbench.recorder import Recorder
-from workbench.scheduling.plan import StepPlan, StepResult, forward_split
+from workbench.scheduling.plan import PrefillChunk, StepPlan, StepResult, forward_split
 from workbench.scheduling.policy import BatchPolicy
 from workbench.scheduling.sequence import Sequence
 
@@ -86,6 +86,8 @@ class SimReplica:
         self._idle_s = 0.0  # how long the replica sat idle before the span it starts next
         self._prefill_tokens = 0  # prefill_reach of the last committed step that prefilled
         self._decodes_since_prefill = 0  # decode steps committed since that step
+        # The span's plan's chunks: (APAR forks' in the decode forward, prefill forwards).
+        self._split: tuple[list[PrefillChunk], list[PrefillChunk]] = ([], [])
 
     # ------------------------------------------------------------------ arrivals
 
@@ -129,6 +131,7 @@ class SimReplica:
         self._close_spans(plan.preempted, plan.step - 1)
         self._release_drafts(plan.preempted)
         steps = 1 if self.pipeline else min(plan.repeatable_steps, self.max_span_steps)
+        self._split = forward_split(plan) if plan.prefills else ([], [])
         durations = self._durations(plan, steps)  # (steps,)
         if self.apar is not None:
             durations[0] += self.apar.swap_s(plan)
@@ -157,7 +160,7 @@ class SimReplica:
         durations[0] += self.cost_model.wake_s(idle_s) if idle_s > 0.0 else 0.0
         if not plan.decode_batch_size or not self._prefill_tokens:
             return
-        if plan.prefills and forward_split(plan)[1]:  # a prefill forward runs in this step
+        if self._split[1]:  # a prefill forward runs in this step
             return
         since = self._decodes_since_prefill
         for j in range(min(self.cost_model.after_prefill_steps - since, len(durations))):
@@ -165,8 +168,7 @@ class SimReplica:
 
     def _count_since_prefill(self, plan: StepPlan, steps: int) -> None:
         """After committing `steps` steps of `plan`: where the engine stands after a prefill."""
-        # APAR forks' chunks beside decodes run in the decode forward: no prefill for this.
-        prefilled = forward_split(plan)[1] if plan.prefills else []
+        prefilled = self._split[1]  # (APAR forks' chunks beside decodes: the decode forward's)
         if prefilled:
             self._prefill_tokens = prefill_reach(
                 (chunk.tokens for chunk in prefilled), (chunk.context_tokens for chunk in prefilled)
@@ -189,7 +191,7 @@ class SimReplica:
             self._draw = self.decoder.plan_step(plan, seqs, self.cost_model)
             return np.array([self._draw.duration_s])
         if plan.prefills:
-            forks, others = forward_split(plan)
+            forks, others = self._split
             chunks = forks + others
             work = StepWork(
                 prefill_chunk_tokens=tuple(c.tokens for c in chunks),
