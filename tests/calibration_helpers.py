@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -48,7 +49,8 @@ def truth() -> CalibratedCostModel:
         ),
     }
     terms = {"a_decode": 2e-7, "a_verify": 3e-7, "a_prefill": 1e-8, "c_chunk": 1e-4}
-    return CalibratedCostModel(StepCostFit(curves, terms | {"m_mixed": -2e-4}))
+    forks = {"f_step": 9e-4, "f_fork": 4e-4, "f_key": 3e-7}  # APAR forks: once, each, per key
+    return CalibratedCostModel(StepCostFit(curves, terms | forks | {"m_mixed": -2e-4}))
 
 
 def grid_works() -> list[StepWork]:
@@ -84,6 +86,24 @@ def grid_works() -> list[StepWork]:
     return works
 
 
+def fork_works() -> list[StepWork]:
+    """Decode steps with 1-3 APAR forks' chunks (two rows each over a 64-token prefix) in
+    their forward, as the grid's fork probes measure them, and their steps without forks,
+    over two contexts."""
+    works = []
+    for batch, per_sequence in itertools.product((2, 4, 8, 16), (40, 120)):
+        context = batch * per_sequence
+        works.append(StepWork(decode_batch_size=batch, decode_context_sum=context))
+        for forks in (1, 2, 3):
+            works.append(
+                StepWork(
+                    prefill_chunk_tokens=(2,) * forks, prefill_context_tokens=(64,) * forks,
+                    decode_batch_size=batch, decode_context_sum=context, fork_chunks=forks,
+                ).in_decode_forward()
+            )  # fmt: skip
+    return works
+
+
 def points_of(works: list[StepWork], seconds: list[float], probe: str = "p") -> list[ProfilePoint]:
     return [
         ProfilePoint(
@@ -96,6 +116,7 @@ def points_of(works: list[StepWork], seconds: list[float], probe: str = "p") -> 
             decode_context_max=w.decode_context_max,
             decode_extra_tokens=w.decode_extra_tokens,
             decode_extra_context_sum=w.decode_extra_context_sum,
+            decode_forks=w.decode_forks,
             forward_s=0.9 * s,
             step_s=s,
         )

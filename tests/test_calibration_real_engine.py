@@ -98,6 +98,26 @@ def test_calibrate_stores_every_probe_step_and_exports_csv(
     assert (old.verify_revision, new.verify_revision) == (0, VERIFY_REVISION)
 
 
+def test_an_apar_model_is_calibrated_with_forks_on_cue(
+    apar_tiny_zoo: Path, tmp_path: Path, capsys
+) -> None:
+    """A model with the fork tokens runs the grid's fork probe too: two roots fork together
+    on cue, each fork's two rows in the decode forward, priced by the fit's fork terms."""
+    cli = ["calibrate", "--model", "apar-tiny", "--zoo-dir", str(apar_tiny_zoo), "--grid",
+           "test", "--db", str(tmp_path / "a.duckdb"), "--no-progress"]  # fmt: skip
+    assert main(cli) == 0
+    out = capsys.readouterr().out
+    assert "measured 9 probes" in out and "APAR forks beyond their rows" in out
+    with ResultsStore.open(tmp_path / "a.duckdb", read_only=True) as store:
+        (profile,) = store.profiles()
+        points = store.profile_points(profile.profile_id)
+    forks = [p for p in points if p.decode_forks]
+    assert {p.probe for p in forks} == {"fork-b2-t2@1"} and {p.kind for p in forks} == {"fork"}
+    # Roots of 20 tokens forking every 8 while under 4 branches: at 16 and 8 tokens left.
+    assert [(p.decode_forks, p.decode_batch_size) for p in forks] == [(2, 2), (2, 4)]
+    assert all(p.decode_extra_tokens == 4 for p in forks)  # the fork and child tokens
+
+
 def test_an_interrupted_calibration_resumes_where_it_stopped(
     tiny_zoo: Path, tmp_path: Path
 ) -> None:

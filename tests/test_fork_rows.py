@@ -96,8 +96,9 @@ def test_a_served_step_records_forks_as_the_twin_prices_them() -> None:
         decode_context_max=shape.decode_context_max,
         decode_extra_tokens=shape.decode_extra_tokens,
         decode_extra_context_sum=shape.decode_extra_context_sum,
+        decode_forks=shape.decode_forks,
     )  # fmt: skip
-    assert recorded == simulated
+    assert recorded == simulated and recorded.decode_forks == 1
     assert shape.decode_extra_tokens == 2 and shape.prefill_chunk_tokens == (24,)
     assert shape.decode_extra_context_sum == 2 * 40 + 3
     # Speculating branches: 3 sequences verify 2 drafts each beside the fork's 2 rows.
@@ -124,8 +125,10 @@ def test_the_calibrated_model_prices_a_fork_as_rows_of_the_decode_forward() -> N
         prefill_chunk_tokens=(2,), prefill_context_tokens=(40,),
         decode_batch_size=8, decode_context_sum=400, decode_context_max=50,
     )  # fmt: skip
-    assert model.step_time_s(fork) == model.step_time_s(as_rows)
-    assert model.step_time_s(fork) < model.step_time_s(as_prefill)
+    terms = model.fit.terms
+    beyond_rows = terms["f_step"] + terms["f_fork"] + terms["f_key"] * 400  # a fork's own cost
+    assert model.step_time_s(fork) == pytest.approx(model.step_time_s(as_rows) + beyond_rows)
+    assert model.step_time_s(fork) != model.step_time_s(as_prefill)  # not a prefill's chunk
 
 
 def test_a_forking_apar_twin_needs_the_profiles_verify_steps() -> None:

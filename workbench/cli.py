@@ -455,6 +455,10 @@ def _print_fit_terms(model: CalibratedCostModel) -> None:
         knots = fit.curves["wake"].knots
         wakes = ", ".join(f"{k:.3g} ms +{1e3 * model.wake_s(k / 1e3):.2f} ms" for k in knots)
         print(f"  waking an idle engine: {wakes}")
+    if "f_fork" in fit.terms:
+        print(f"  APAR forks beyond their rows: +{1e3 * fit.terms['f_step']:.2f} ms a step "
+              f"with forks, +{1e3 * fit.terms['f_fork']:.2f} ms each fork, "
+              f"+{1e6 * fit.terms['f_key']:.3f} µs each decode key")  # fmt: skip
 
 
 def _print_repeatability(points: list[ProfilePoint]) -> None:

@@ -12,7 +12,9 @@ Each probe is a small workload served by the real engine. Together they cover:
 - verification widths (each decode computes `width` more tokens, as a speculative or
   lookahead step does), over short, long and uneven contexts;
 - waking an idle engine (one client that thinks between requests: each prompt arrives at
-  an engine that slept for the think time, after a spell of decoding).
+  an engine that slept for the think time, after a spell of decoding);
+- APAR's forks, for a model that has the fork tokens (`fork_probe.CuedForkProbe`: roots
+  fork on cue, one request a step or several at once, over equal and uneven contexts).
 
 Lengths are clipped to the model's context; a probe a model cannot hold is left out.
 """
@@ -43,6 +45,9 @@ class Probe:
     chunk_size: int | None = None  # chunked prefill with this budget; None: whole prompts
     width: int = 0  # verification: tokens each decode computes beyond its one
     think_s: float = 0.0  # closed loop: a client's pause between its requests
+    fork_every: int = 0  # APAR: each root forks every this many tokens (0: no forks)
+    fork_branches: int = 4  # APAR: live branches of a request at most
+    fork_together: int = 1  # APAR: roots that fork in the same step
 
     def workload(self, seed: int) -> Workload:
         rng = component_rng(seed, f"calibration.{self.name}")
@@ -69,9 +74,12 @@ class Probe:
         )
 
     def kv_blocks(self) -> int:
-        """Room for every running sequence at its longest, with the width's slots."""
+        """Room for every running sequence at its longest, with the width's slots (each
+        branch of a forking request too: an upper bound, its prefix is shared)."""
         longest = self.prompt_tokens[1] + self.output_tokens[1] + self.width
         running = min(self.max_batch_size, self.concurrency or self.requests)
+        if self.fork_every:
+            running *= self.fork_branches
         return int(running * (-(-longest // BLOCK_SIZE) + 1) * 1.05) + 2
 
     def fits(self, context_tokens: int) -> bool:
@@ -139,6 +147,15 @@ def _standard() -> Grid:
     for batch in (8, 16):  # and over uneven contexts, as a loaded engine's batches are
         name = f"verify-w4-spread-b{batch}"
         probes.append(Probe(name, batch, (16, 640), (24, 24), batch, width=4))
+    # APAR's forks: a fork's step cost 1.1-1.5 ms more than a decode step of the same batch
+    # on the Intel VM (served `apar-small`, 2026-11-28), more than its two rows priced by the
+    # verify curve. Steps of 1, 2, 3 and 8 forks among 1-32 sequences (1-8 roots, up to 4
+    # branches each), over equal and uneven contexts; small batches the most (a fork step
+    # there measured +0.6 to +1.7 ms over a decode step in one probe's three passes).
+    for roots, together in ((1, 1), (2, 1), (2, 2), (4, 1), (4, 2), (8, 1), (8, 3), (8, 8)):
+        name = f"fork-b{roots}-t{together}"
+        probes.append(_fork_probe(name, roots, (64, 64), together))
+    probes.append(_fork_probe("fork-spread-b8-t1", 8, (16, 320), 1))
     # Waking saturated within tens of ms on an AMD machine; on an Intel VM it steps up
     # between 50 and 75 ms of idle and keeps rising past 250 ms, gaps a light load has.
     for idle_ms in (1, 4, 16, 32, 64, 128, 256, 512):
@@ -164,6 +181,17 @@ def _idle_probe(idle_ms: int, requests: int) -> Probe:
     return Probe(name, requests, (16, 256), outputs, 1, 1, think_s=idle_ms / 1e3)
 
 
+def _fork_probe(
+    name: str, roots: int, prompts: tuple[int, int], together: int, output: int = 40
+) -> Probe:
+    """`roots` requests at once, each forking every 8 tokens while it has under 4 branches
+    (every branch limited to what its root may still write, as APAR's are), `together` of
+    them in the same step."""
+    batch = 4 * roots  # every branch in the decode batch
+    outputs = (output, output)
+    return Probe(name, roots, prompts, outputs, batch, fork_every=8, fork_together=together)
+
+
 def _test() -> Grid:
     """A handful of small probes: seconds on the zoo's `tiny` model (tests)."""
     probes = (
@@ -175,18 +203,24 @@ def _test() -> Grid:
         Probe("mixed-b4", 12, (8, 64), (4, 16), 4, 4),
         Probe("verify-w2-b4", 4, (32, 32), (8, 8), 4, width=2),
         _idle_probe(5, 3),
+        _fork_probe("fork-b2-t2", 2, (24, 24), 2, output=20),
     )
     warmup = Probe("warmup", 2, (8, 16), (4, 4), 2)
-    return Grid("test", "eight small probes, for tests", probes, warmup)
+    return Grid("test", "eight small probes (nine with forks), for tests", probes, warmup)
 
 
 GRIDS = {grid.name: grid for grid in (_standard(), _test())}
 
 
-def get_grid(name: str, context_tokens: int) -> Grid:
-    """The named grid without the probes the model's context cannot hold."""
+def get_grid(name: str, context_tokens: int, forks: bool = False) -> Grid:
+    """The named grid without the probes the model's context cannot hold, nor its fork
+    probes unless the model `forks` (has APAR's fork and child tokens)."""
     if name not in GRIDS:
         raise WorkbenchError(f"unknown calibration grid {name!r} (known: {', '.join(GRIDS)})")
     grid = GRIDS[name]
-    kept = tuple(probe for probe in grid.probes if probe.fits(context_tokens))
+    kept = tuple(
+        probe
+        for probe in grid.probes
+        if probe.fits(context_tokens) and (forks or not probe.fork_every)
+    )
     return Grid(grid.name, grid.description, kept, grid.warmup, grid.passes)

@@ -17,11 +17,15 @@ from pathlib import Path
 import torch
 
 from kernels.dispatch import KernelChoice, KernelUnavailable, select_kernels
+from real_backend.calibration.fork_probe import CuedForkProbe
 from real_backend.calibration.grid import BLOCK_SIZE, Grid, Probe, get_grid
 from real_backend.calibration.probe_engine import ProfilingEngine, probe_points
 from real_backend.calibration.verify_probe import VerifyWidthProbe
 from real_backend.cpu_info import cpuinfo_field
+from real_backend.decoders.apar import ForkTokens, fork_tokens
+from real_backend.decoders.base import Decoder
 from real_backend.engine import ServeOptions
+from real_backend.kv_cache import PagedKVCache
 from real_backend.model.config import ModelArgs
 from real_backend.model.inference_linear import default_linear
 from real_backend.model.loading import load_checkpoint
@@ -31,7 +35,7 @@ from real_backend.serve import DTYPES, eos_token_ids
 from real_backend.zoo.build import resolve_zoo_model
 from real_backend.zoo.specs import SPECS
 from workbench.errors import WorkbenchError
-from workbench.scenario.decoders import VanillaDecoderConfig
+from workbench.scenario.decoders import AparDecoderConfig, VanillaDecoderConfig
 from workbench.scheduling.factory import build_policy
 from workbench.store.db import ResultsStore
 from workbench.store.profiles import VERIFY_REVISION, Profile, ProfilePoint
@@ -104,7 +108,8 @@ def calibrate(
 
     progress(done, total, probe): called before each probe (and once at the end)."""
     args = ModelArgs.from_folder(target.folder)
-    grid = get_grid(grid_name, args.context_tokens)
+    forks = apar_tokens(target.folder)
+    grid = get_grid(grid_name, args.context_tokens, forks is not None)
     profile_name = name or default_name(target)
     profile = _resume_or_new(store, target, grid, profile_name, args, again)
     done = store.profile_probes_done(profile.profile_id)
@@ -122,7 +127,7 @@ def calibrate(
     for index, run in enumerate(todo):
         if progress is not None:
             progress(len(done) + index, len(runs), run.name)
-        points = serve_probe(model, run.probe, run.seed, run.name, avoid)
+        points = serve_probe(model, run.probe, run.seed, run.name, avoid, forks)
         store.write_probe(profile.profile_id, points, last=index == len(todo) - 1)
     if progress is not None:
         progress(len(runs), len(runs), "")
@@ -223,16 +228,46 @@ def _load_average() -> str:
         return "unknown"
 
 
+def apar_tokens(folder: Path) -> ForkTokens | None:
+    """The checkpoint's fork and child tokens (an APAR model: the grid's fork probes run),
+    or None for a model without them."""
+    try:
+        return fork_tokens(folder, AparDecoderConfig(kind="apar"))
+    except WorkbenchError:
+        return None
+
+
 def serve_probe(
-    model: Transformer, probe: Probe, seed: int, name: str, avoid: set[int]
+    model: Transformer,
+    probe: Probe,
+    seed: int,
+    name: str,
+    avoid: set[int],
+    forks: ForkTokens | None = None,
 ) -> list[ProfilePoint]:
-    """Serve the probe's workload on a fresh cache; its steps as profile points."""
+    """Serve the probe's workload on a fresh cache; its steps as profile points. forks: the
+    model's fork tokens, which a fork probe needs."""
     workload = probe.workload(seed)
     blocks = probe.kv_blocks()
     cache = model.new_cache(blocks, BLOCK_SIZE)
-    policy = build_policy(probe.scheduler(), blocks, probe.width)
-    decoder = VerifyWidthProbe(model, cache, probe.width) if probe.width else None
+    branching = probe.fork_every > 0
+    policy = build_policy(probe.scheduler(), blocks, probe.width, branching)
+    decoder = _probe_decoder(model, cache, probe, forks)
     engine = ProfilingEngine(model, cache, policy, ServeOptions(GREEDY, seed), decoder)
     prompts = synthetic_prompts(workload.prompt_tokens, model.args.vocab_size, seed, avoid)
     records, _ = engine.serve(workload, prompts)
     return probe_points(name, engine.shapes, records.steps)
+
+
+def _probe_decoder(
+    model: Transformer, cache: PagedKVCache, probe: Probe, forks: ForkTokens | None
+) -> Decoder | None:
+    """A verification's or a fork's probe decoder; None: the engine's vanilla decoding."""
+    if probe.width:
+        return VerifyWidthProbe(model, cache, probe.width)
+    if not probe.fork_every:
+        return None
+    if forks is None:
+        raise ValueError(f"probe {probe.name} forks: it needs a model with fork tokens")
+    every, branches, together = probe.fork_every, probe.fork_branches, probe.fork_together
+    return CuedForkProbe(model, cache, forks, every, branches, together)

@@ -37,6 +37,7 @@ class StepShape:
     decode_extra_tokens: int
     decode_extra_context_sum: int
     woke_at_s: float | None  # the work the engine slept until, when it slept before this step
+    decode_forks: int = 0  # APAR forks' chunks among the extra rows
 
 
 def extra_context_sum(extra_per_sequence: int, batch: int, context_sum: int) -> int:
@@ -66,6 +67,7 @@ def step_shape(plan: StepPlan, outcome: DecodeOutcome | None, woke_at_s: float |
         decode_extra_tokens=extra + fork_rows,
         decode_extra_context_sum=fork_keys
         + extra_context_sum(per_sequence, batch, plan.decode_context_sum),
+        decode_forks=len(forks),
         woke_at_s=woke_at_s,
     )
 
@@ -133,6 +135,7 @@ def probe_points(probe: str, shapes: list[StepShape], steps: StepRecords) -> lis
                 decode_context_max=shape.decode_context_max,
                 decode_extra_tokens=shape.decode_extra_tokens,
                 decode_extra_context_sum=shape.decode_extra_context_sum,
+                decode_forks=shape.decode_forks,
                 forward_s=float(steps.duration_s[i] - draft_s[i]),
                 step_s=float(ends[i]) - began - float(draft_s[i]),
                 idle_before_s=idle_s,

@@ -29,8 +29,8 @@ class StepWork:
     APAR's forks: the first `fork_chunks` prefill chunks are forks' (a branch's fork and
     child tokens over its parent's prefix) that the real engine computes in its decode
     forward, as rows beside the decodes' (`workbench.scheduling.plan.forward_split`;
-    `in_decode_forward` gives the step as it ran them); a cost model of other kernels may
-    price them as chunks.
+    `in_decode_forward` gives the step as it ran them, `decode_forks` counting them); a cost
+    model of other kernels may price them as chunks.
     """
 
     prefill_chunk_tokens: tuple[int, ...] = ()  # per prefilling sequence: new tokens
@@ -41,6 +41,7 @@ class StepWork:
     decode_extra_tokens: int = 0  # Σ tokens decodes compute beyond their one (drafts, window)
     decode_extra_context_sum: int = 0  # Σ over those tokens of the keys each attends to
     fork_chunks: int = 0  # the first prefill chunks that are APAR forks' (see above)
+    decode_forks: int = 0  # forks' chunks already counted in decode_extra_* (folded)
 
     @property
     def num_tokens(self) -> int:
@@ -61,6 +62,7 @@ class StepWork:
             decode_extra_tokens=self.decode_extra_tokens + tokens,
             decode_extra_context_sum=self.decode_extra_context_sum + keys,
             fork_chunks=0,
+            decode_forks=self.decode_forks + n,
         )
 
     @property

@@ -56,6 +56,7 @@ def step_work(point: ProfilePoint) -> StepWork:
         decode_context_max=point.decode_context_max,
         decode_extra_tokens=point.decode_extra_tokens,
         decode_extra_context_sum=point.decode_extra_context_sum,
+        decode_forks=point.decode_forks,
     )
 
 
@@ -163,6 +164,8 @@ class CalibratedCostModel(SplitCostModel):
             )[0]
             seconds += self._curve_at(curve, float(tokens)) + float(context)
             seconds += self._terms[f"a_{curve}"] * work.decode_extra_context_sum
+            if work.decode_forks:
+                seconds += self._fork_s(work.decode_forks, work.decode_context_sum)
         if work.prefill_chunk_tokens:
             seconds += self._curve_at("prefill", float(sum(work.prefill_chunk_tokens)))
             seconds += self._terms["a_prefill"] * prefill_keys(work)
@@ -170,6 +173,13 @@ class CalibratedCostModel(SplitCostModel):
             if work.decode_batch_size:
                 seconds += self._terms.get("m_mixed", 0.0)
         return seconds
+
+    def _fork_s(self, forks: int, decode_keys: int) -> float:
+        """What a step's forks cost beyond their rows (f_step + f_fork · F + f_key · S)."""
+        if "f_fork" not in self._terms:  # build_calibrated checks what the scenario needs
+            raise WorkbenchError("the calibration profile measured no APAR forks", field=FIELD)
+        terms = self._terms
+        return terms["f_step"] + terms["f_fork"] * forks + terms["f_key"] * decode_keys
 
     def _curve_at(self, name: str, tokens: float) -> float:
         if name not in self.fit.curves:  # build_calibrated checks what the scenario needs
@@ -447,7 +457,8 @@ def check_one_engine(scenario: Scenario) -> None:
 
 
 def check_kinds(fit: StepCostFit, scenario: Scenario, source: str) -> None:
-    """The profile must have measured every step kind the scenario's engine runs."""
+    """The profile must have measured every step kind the scenario's engine runs, and APAR's
+    forks where its branches fork."""
     needed = {"decode", "prefill"}
     if verifies(scenario):
         needed.add("verify")
@@ -456,6 +467,14 @@ def check_kinds(fit: StepCostFit, scenario: Scenario, source: str) -> None:
         raise WorkbenchError(
             f"the calibration profile in {source} measured no {' or '.join(missing)} steps, "
             f"which the scenario's {scenario.decoder.kind} decoding runs",
+            field=FIELD,
+        )
+    decoder = scenario.decoder
+    if isinstance(decoder, AparDecoderConfig) and decoder.forks and "f_fork" not in fit.terms:
+        raise WorkbenchError(
+            f"the calibration profile in {source} measured no APAR forks (its calibration "
+            "predates the fork probes, or its model has no fork tokens): calibrate the APAR "
+            "model again with `workbench calibrate`",
             field=FIELD,
         )
 

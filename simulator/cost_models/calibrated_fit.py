@@ -9,6 +9,7 @@ a cost per attention key:
     verify   h_verify(B + X) + a_verify · (S + S_x) + s_verify(B) · G + p_pad · (1 + X / B) · P
     prefill  h_prefill(N) + a_prefill · K + c_chunk · (chunks − 1)
     mixed    the decode (or verify) part + the prefill part + m_mixed
+    + f_step + f_fork · F for a step whose decode forward computes F > 0 APAR forks' chunks
     + h_wake(I) for a step the engine slept I ms before (0 for a step right after another)
     + t_k(P) for the k-th decode (or verify) step after a step that prefilled, P its
       prompt tokens computed and cached ones read (`base.prefill_reach`)
@@ -39,11 +40,13 @@ to the smallest batch measured with a spread (a few sequences make one group pad
 longest: cheap); 0 where the profile saw no spread. The number of groups is what
 the simulator cannot know: it tracks a decode set's context sum and longest, not every
 context.
-X extra
-tokens computed for them (drafts, windows) attending to S_x keys; N prompt tokens in the
-chunks, attending to K keys (a chunk of c tokens after p cached ones: c·p + c(c+1)/2,
-causal); m_mixed the per-step work a mixed step does once and the two parts would count
-twice (negative then), or its extra forward.
+X extra tokens computed for them (drafts, windows, forks' chunks) attending to S_x keys; a
+fork also costs what its rows do not (measured on the CPU engine, `apar-small`: the first
+fork in a step 1.1-1.5 ms over a decode step of the same batch, each further one 0.3-0.8
+ms; its bookkeeping, its first token's sampling, a forward of rows of unequal widths, not
+taken apart). N prompt tokens in the chunks, attending to K keys (a chunk of c tokens after
+p cached ones: c·p + c(c+1)/2, causal); m_mixed the per-step work a mixed step does once
+and the two parts would count twice (negative then), or its extra forward.
 The curves h are piecewise linear between knots at powers of two of the token count (the
 CPU's and GPU's matrix kernels change regime with the row count; a line through them
 does not), never decreasing (more tokens never cost less; noise would otherwise bend them),
@@ -90,6 +93,7 @@ from simulator.cost_models.base import StepWork
 from simulator.cost_models.least_squares import non_negative_least_squares
 
 KINDS = ("decode", "verify", "prefill", "mixed")
+FORK_TERMS = ("f_step", "f_fork", "f_key")  # a step with APAR forks: once, per fork, per key
 OUTLIER_RATIO = 3.0  # measured / predicted above this: a stall, not the step's cost
 MIN_REFITS = 3  # reweighted by the prediction; then on while stalls are still found
 MAX_REFITS = 10
@@ -276,7 +280,8 @@ class _Columns:
         for name, k in knots.items():
             offsets[name], column = column, column + len(k)
         terms = {}
-        for name in _terms_needed(kinds, padded_decode):
+        forks = any(work.decode_forks for work in works)
+        for name in _terms_needed(kinds, padded_decode, forks):
             terms[name], column = column, column + 1
         return cls(knots, offsets, terms, column, padded_decode)
 
@@ -321,9 +326,11 @@ def _spread_of(work: StepWork) -> float:
     return float(spread_share(work.decode_batch_size, sums, maxes)[0])
 
 
-def _terms_needed(kinds: set[str], padded_decode: bool) -> list[str]:
+def _terms_needed(kinds: set[str], padded_decode: bool, forks: bool) -> list[str]:
     curves = _curves_needed(kinds)
     terms = [f"a_{name}" for name in curves]
+    if forks:
+        terms += list(FORK_TERMS)
     if not padded_decode and kinds & {"decode", "mixed", "verify"}:
         terms.append("p_pad")
     if kinds & {"prefill", "mixed"}:
@@ -447,6 +454,10 @@ def _fill_row(row: np.ndarray, work: StepWork, columns: _Columns) -> None:
         row[columns.terms[f"a_{curve}"]] += keys + work.decode_extra_context_sum
         if not columns.padded_decode:
             row[columns.terms["p_pad"]] += _padding_of(work)
+        if work.decode_forks:
+            row[columns.terms["f_step"]] += 1.0
+            row[columns.terms["f_fork"]] += work.decode_forks
+            row[columns.terms["f_key"]] += work.decode_context_sum
         spread = 0.0 if columns.padded_decode else _spread_of(work)
         if spread > 0.0 and f"spread_{curve}" in columns.knots:  # else seen too seldom
             knots = columns.knots[f"spread_{curve}"]

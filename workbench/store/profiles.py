@@ -25,6 +25,8 @@ from workbench.errors import WorkbenchError
 from workbench.store.schema import POINT_COLUMNS, PROFILE_COLUMNS
 
 SINCE_SCHEMA_9 = ("decode_context_max", "idle_before_s")  # optional in older CSVs
+SINCE_SCHEMA_12 = ("decode_forks",)  # and this one since schema 12
+OPTIONAL_COLUMNS = (*SINCE_SCHEMA_9, *SINCE_SCHEMA_12)
 
 # How the calibration grid measures verification steps, recorded in a profile's info:
 # 0 (unrecorded, before 2026-11-27 evening): the probe kept its token without the acceptance
@@ -41,6 +43,7 @@ INTEGER_FIELDS = (
     "decode_context_max",
     "decode_extra_tokens",
     "decode_extra_context_sum",
+    "decode_forks",
 )
 
 
@@ -63,12 +66,16 @@ class ProfilePoint:
     step_s: float
     decode_context_max: int = 0  # 0 in profiles measured before schema 9: not known
     idle_before_s: float = 0.0  # how long the engine had slept before the step (schema 9)
+    decode_forks: int = 0  # APAR forks' chunks among the decode's extra rows (schema 12)
 
     @property
     def kind(self) -> str:
-        """decode | verify | prefill | mixed: the step kinds the grid covers."""
+        """decode | verify | fork | prefill | mixed: the step kinds the grid covers (fork: a
+        decode or verify step whose forward computed APAR forks' chunks too)."""
         if self.prefill_chunk_tokens:
             return "mixed" if self.decode_batch_size else "prefill"
+        if self.decode_forks:
+            return "fork"
         return "verify" if self.decode_extra_tokens else "decode"
 
     def row(self, profile_id: str) -> list[Any]:
@@ -79,11 +86,12 @@ class ProfilePoint:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> ProfilePoint:
-        values = {f.name: row[f.name] for f in fields(cls) if f.name not in SINCE_SCHEMA_9}
+        values = {f.name: row[f.name] for f in fields(cls) if f.name not in OPTIONAL_COLUMNS}
         for name in ("prefill_chunk_tokens", "prefill_context_tokens"):
             values[name] = tuple(int(n) for n in str(values[name] or "").split())
         values["decode_context_max"] = row.get("decode_context_max") or 0  # older CSVs lack it
         values["idle_before_s"] = float(row.get("idle_before_s") or 0.0)
+        values["decode_forks"] = row.get("decode_forks") or 0  # 0 before schema 12
         for name in INTEGER_FIELDS:
             values[name] = int(values[name])
         return cls(**values)
@@ -268,7 +276,7 @@ def read_csv_profile(path: Path) -> tuple[Profile, list[ProfilePoint]]:
         ) from None
     finally:
         con.close()
-    required = [n for n in (*PROFILE_COLUMNS, *POINT_COLUMNS) if n not in SINCE_SCHEMA_9]
+    required = [n for n in (*PROFILE_COLUMNS, *POINT_COLUMNS) if n not in OPTIONAL_COLUMNS]
     missing = [n for n in required if rows and n not in rows[0]]
     if not rows or missing:
         what = f"columns {missing} are missing" if rows else "it has no points"

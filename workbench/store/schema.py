@@ -36,7 +36,7 @@ from workbench.metrics.decoder import MAX_POSITIONS
 from workbench.metrics.pipeline import PIPELINE_SUMMARY_COLUMNS
 from workbench.metrics.saturation import SATURATION_KEYS
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 # The oldest schema a read-only store reads as it is: since then only columns were added,
 # which `load_records` fills for old databases (NULL, or LEGACY_COLUMNS' derivation). A
 # writable open migrates.
@@ -140,6 +140,7 @@ POINT_COLUMNS: dict[str, str] = {
     "step_s": "DOUBLE NOT NULL",  # end of the previous step to end of this one
     "decode_context_max": "BIGINT DEFAULT 0",  # longest decode KV (v9; 0: unknown)
     "idle_before_s": "DOUBLE DEFAULT 0",  # the engine slept this long before the step (v9)
+    "decode_forks": "BIGINT DEFAULT 0",  # APAR forks' chunks in the decode forward (v12)
 }
 # IF NOT EXISTS: tests fake older databases by stripping a new one, whose profile tables
 # the migration then meets again; they hold nothing a migration would have to change.
@@ -437,4 +438,6 @@ MIGRATIONS: dict[int, list[str | PythonStep]] = {
     ],
     # each step's time in the draft model's forwards; unknown (NULL) for the runs before
     10: ["ALTER TABLE steps ADD COLUMN IF NOT EXISTS draft_s DOUBLE"],
+    # APAR forks computed in each profiled step's decode forward (0 for older profiles)
+    11: ["ALTER TABLE profile_points ADD COLUMN IF NOT EXISTS decode_forks BIGINT DEFAULT 0"],
 }
