@@ -89,16 +89,21 @@ def grid_works() -> list[StepWork]:
 def fork_works() -> list[StepWork]:
     """Decode steps with 1-3 APAR forks' chunks (two rows each over a 64-token prefix) in
     their forward, as the grid's fork probes measure them, and their steps without forks,
-    over two contexts."""
+    over two contexts (the longest 20 tokens over the mean)."""
     works = []
     for batch, per_sequence in itertools.product((2, 4, 8, 16), (40, 120)):
-        context = batch * per_sequence
-        works.append(StepWork(decode_batch_size=batch, decode_context_sum=context))
+        context, longest = batch * per_sequence, per_sequence + 20
+        works.append(
+            StepWork(
+                decode_batch_size=batch, decode_context_sum=context, decode_context_max=longest
+            )
+        )
         for forks in (1, 2, 3):
             works.append(
                 StepWork(
                     prefill_chunk_tokens=(2,) * forks, prefill_context_tokens=(64,) * forks,
-                    decode_batch_size=batch, decode_context_sum=context, fork_chunks=forks,
+                    decode_batch_size=batch, decode_context_sum=context,
+                    decode_context_max=longest, fork_chunks=forks,
                 ).in_decode_forward()
             )  # fmt: skip
     return works

@@ -3,6 +3,7 @@ the store, the fit's two fork terms and the refusal of a profile that measured n
 
 from __future__ import annotations
 
+from csv import DictReader, DictWriter
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from simulator.cost_models.calibrated import (
     fit_profile,
     step_work,
 )
+from simulator.cost_models.calibrated_fit import fit_step_costs
 from workbench.errors import WorkbenchError
 from workbench.scenario.loader import load_scenario
 from workbench.store import ResultsStore
@@ -45,12 +47,24 @@ def test_a_step_with_forks_costs_its_rows_and_the_forks_terms() -> None:
     model = truth()
     works = fork_works()
     one, three = (w for w in works if w.decode_context_sum == 8 * 120 and w.decode_forks in (1, 3))
+    assert one.decode_context_max == 140
     rows = {w.decode_forks: replace(w, decode_forks=0) for w in (one, three)}  # rows alone
     terms = model.fit.terms
     keys = terms["f_key"] * 8 * 120  # every decode row padded to a fork chunk's two queries
     beyond = {f: terms["f_step"] + f * terms["f_fork"] + keys for f in (1, 3)}
     assert model.step_time_s(one) == pytest.approx(model.step_time_s(rows[1]) + beyond[1])
     assert model.step_time_s(three) == pytest.approx(model.step_time_s(rows[3]) + beyond[3])
+    # An engine whose decode attention pads to the longest reads B · L keys twice instead.
+    padded = CalibratedCostModel(replace(model.fit, padded_decode=True))
+    extra = padded.step_time_s(one) - padded.step_time_s(replace(one, decode_forks=0))
+    assert extra == pytest.approx(terms["f_step"] + terms["f_fork"] + terms["f_key"] * 8 * 140)
+
+
+def test_a_padding_engines_fork_keys_are_fitted_as_it_reads_them() -> None:
+    padded = CalibratedCostModel(replace(truth().fit, padded_decode=True))
+    works = grid_works() + fork_works()
+    fit = fit_step_costs(works, [padded.step_time_s(w) for w in works], padded_decode=True)
+    assert fit.terms["f_key"] == pytest.approx(truth().fit.terms["f_key"], rel=1e-6)
 
 
 def test_a_forking_apar_twin_needs_a_profile_that_measured_forks() -> None:
@@ -73,6 +87,21 @@ def test_fork_counts_round_trip_through_the_store_and_csv(tmp_path: Path) -> Non
         csv = store.export_profile_csv(stored.profile_id, tmp_path / "p.csv")
     assert read_csv_profile(csv)[1] == points
     assert sorted({p.decode_forks for p in points}) == [0, 1, 2, 3]
+
+
+def test_a_csv_exported_before_schema_12_reads_no_forks(tmp_path: Path) -> None:
+    with ResultsStore.open(tmp_path / "p.duckdb") as store:
+        stored = store_profile(store, profile(), _points(fork_works()))
+        csv = store.export_profile_csv(stored.profile_id, tmp_path / "p.csv")
+    with csv.open(newline="") as new:
+        rows = list(DictReader(new))
+    with (tmp_path / "old.csv").open("w", newline="") as old:
+        writer = DictWriter(old, [name for name in rows[0] if name != "decode_forks"])
+        writer.writeheader()
+        writer.writerows({k: v for k, v in row.items() if k != "decode_forks"} for row in rows)
+    points = read_csv_profile(tmp_path / "old.csv")[1]
+    assert len(points) == len(rows) and {p.decode_forks for p in points} == {0}
+    assert {row["decode_forks"] for row in rows} == {"0", "1", "2", "3"}  # what it dropped
 
 
 def test_profiles_before_schema_12_read_no_forks(tmp_path: Path) -> None:
@@ -107,6 +136,9 @@ def test_the_fork_probe_bans_the_models_forks_and_forks_where_apar_may() -> None
     assert not rules.may_fork(0, 7, room=20)  # the request has its two live branches
     rules.ended(9)
     assert rules.may_fork(0, 7, room=20) and not rules.may_fork(9, 7, room=20)  # depth 2
+    rules.banned(5, 7, room=2)  # a root never cued is still known: it ends and is forgotten
+    rules.ended(5)
+    rules.forget(5)
 
 
 @pytest.mark.parametrize(("together", "with_the_first"), [(1, [0]), (2, [0, 1])])

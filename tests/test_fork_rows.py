@@ -128,7 +128,9 @@ def test_the_calibrated_model_prices_a_fork_as_rows_of_the_decode_forward() -> N
     terms = model.fit.terms
     beyond_rows = terms["f_step"] + terms["f_fork"] + terms["f_key"] * 400  # a fork's own cost
     assert model.step_time_s(fork) == pytest.approx(model.step_time_s(as_rows) + beyond_rows)
-    assert model.step_time_s(fork) != model.step_time_s(as_prefill)  # not a prefill's chunk
+    forks_alone = model.step_time_s(fork) - beyond_rows  # its rows: cheaper than a prefill's
+    assert forks_alone == pytest.approx(model.step_time_s(as_rows))
+    assert forks_alone < model.step_time_s(as_prefill)
 
 
 def test_a_forking_apar_twin_needs_the_profiles_verify_steps() -> None:

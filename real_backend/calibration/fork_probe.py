@@ -27,6 +27,7 @@ class CuedForkRules(ForkRules):
     """The APAR rules, with the fork token banned everywhere: forks come only on cue."""
 
     def banned(self, sequence_id: int, last_token: int, room: int) -> list[int]:
+        self.branch(sequence_id)  # a root is known from its first step, cued or not
         return [self.tokens.child, self.tokens.fork]
 
     def may_fork(self, sequence_id: int, last_token: int, room: int) -> bool:
@@ -35,6 +36,10 @@ class CuedForkRules(ForkRules):
 
 
 class CuedForkProbe(AparDecoder):
+    """APAR decoding whose roots fork every `every` tokens, `together` of them a step."""
+
+    rules: CuedForkRules
+
     def __init__(
         self,
         model: Transformer,
@@ -46,7 +51,7 @@ class CuedForkProbe(AparDecoder):
     ) -> None:
         config = AparDecoderConfig(kind="apar", max_depth=MAX_DEPTH, max_branches=max_branches)
         super().__init__(model, cache, config, tokens)
-        self.rules = self.cued = CuedForkRules(tokens, MAX_DEPTH, max_branches)
+        self.rules = CuedForkRules(tokens, MAX_DEPTH, max_branches)
         self.every = every
         self.together = together
 
@@ -63,4 +68,4 @@ class CuedForkProbe(AparDecoder):
         offset = request.request_id // self.together
         if (request.max_new + offset) % self.every:
             return False
-        return self.cued.may_fork(request.request_id, request.tokens[-1], request.max_new)
+        return self.rules.may_fork(request.request_id, request.tokens[-1], request.max_new)

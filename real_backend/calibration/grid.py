@@ -147,9 +147,9 @@ def _standard() -> Grid:
     for batch in (8, 16):  # and over uneven contexts, as a loaded engine's batches are
         name = f"verify-w4-spread-b{batch}"
         probes.append(Probe(name, batch, (16, 640), (24, 24), batch, width=4))
-    # APAR's forks: a fork's step cost 1.1-1.5 ms more than a decode step of the same batch
-    # on the Intel VM (served `apar-small`, 2026-11-28), more than its two rows priced by the
-    # verify curve. Steps of 1, 2, 3 and 8 forks among 1-32 sequences (1-8 roots, up to 4
+    # APAR's forks: a step with one fork cost 0.9-1.5 ms more than a decode step of the same
+    # batch on the Intel VM (served `apar-small`, 2026-11-28), more than its rows priced by
+    # the verify curve. Steps of 1, 2, 3 and 8 forks among 1-32 sequences (1-8 roots, up to 4
     # branches each), over equal and uneven contexts; small batches the most (a fork step
     # there measured +0.6 to +1.7 ms over a decode step in one probe's three passes).
     for roots, together in ((1, 1), (2, 1), (2, 2), (4, 1), (4, 2), (8, 1), (8, 3), (8, 8)):

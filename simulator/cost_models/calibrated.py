@@ -165,7 +165,7 @@ class CalibratedCostModel(SplitCostModel):
             seconds += self._curve_at(curve, float(tokens)) + float(context)
             seconds += self._terms[f"a_{curve}"] * work.decode_extra_context_sum
             if work.decode_forks:
-                seconds += self._fork_s(work.decode_forks, work.decode_context_sum)
+                seconds += self._fork_s(work.decode_forks, self._decode_keys(work))
         if work.prefill_chunk_tokens:
             seconds += self._curve_at("prefill", float(sum(work.prefill_chunk_tokens)))
             seconds += self._terms["a_prefill"] * prefill_keys(work)
@@ -180,6 +180,10 @@ class CalibratedCostModel(SplitCostModel):
             raise WorkbenchError("the calibration profile measured no APAR forks", field=FIELD)
         terms = self._terms
         return terms["f_step"] + terms["f_fork"] * forks + terms["f_key"] * decode_keys
+
+    def _decode_keys(self, work: StepWork) -> int:
+        """The decodes' keys as the profile's attention reads them (padded to the longest)."""
+        return work.padded_decode_keys if self.fit.padded_decode else work.decode_context_sum
 
     def _curve_at(self, name: str, tokens: float) -> float:
         if name not in self.fit.curves:  # build_calibrated checks what the scenario needs
@@ -474,7 +478,7 @@ def check_kinds(fit: StepCostFit, scenario: Scenario, source: str) -> None:
         raise WorkbenchError(
             f"the calibration profile in {source} measured no APAR forks (its calibration "
             "predates the fork probes, or its model has no fork tokens): calibrate the APAR "
-            "model again with `workbench calibrate`",
+            "model again, `workbench calibrate --model MODEL --again`",
             field=FIELD,
         )
 

@@ -9,7 +9,8 @@ a cost per attention key:
     verify   h_verify(B + X) + a_verify · (S + S_x) + s_verify(B) · G + p_pad · (1 + X / B) · P
     prefill  h_prefill(N) + a_prefill · K + c_chunk · (chunks − 1)
     mixed    the decode (or verify) part + the prefill part + m_mixed
-    + f_step + f_fork · F for a step whose decode forward computes F > 0 APAR forks' chunks
+    + f_step + f_fork · F + f_key · S for a step whose decode forward computes F > 0 APAR
+      forks' chunks
     + h_wake(I) for a step the engine slept I ms before (0 for a step right after another)
     + t_k(P) for the k-th decode (or verify) step after a step that prefilled, P its
       prompt tokens computed and cached ones read (`base.prefill_reach`)
@@ -41,11 +42,13 @@ longest: cheap); 0 where the profile saw no spread. The number of groups is what
 the simulator cannot know: it tracks a decode set's context sum and longest, not every
 context.
 X extra tokens computed for them (drafts, windows, forks' chunks) attending to S_x keys; a
-fork also costs what its rows do not (measured on the CPU engine, `apar-small`: the first
-fork in a step 1.1-1.5 ms over a decode step of the same batch, each further one 0.3-0.8
-ms; its bookkeeping, its first token's sampling, a forward of rows of unequal widths, not
-taken apart). N prompt tokens in the chunks, attending to K keys (a chunk of c tokens after
-p cached ones: c·p + c(c+1)/2, causal); m_mixed the per-step work a mixed step does once
+fork also costs what its rows do not (served `apar-small` steps on the CPU engine: a step
+with one fork 0.9-1.5 ms over a decode step of the same batch; its bookkeeping, its first
+token's sampling, not taken apart), and every decode row of its step is padded to the fork
+chunk's two queries (the runner's attention pads a step's rows to the longest), so its
+decode keys are read twice: f_key per key, S counted as the decode part counts it. N
+prompt tokens in the chunks, attending to K keys (a chunk of c tokens after p cached ones:
+c·p + c(c+1)/2, causal); m_mixed the per-step work a mixed step does once
 and the two parts would count twice (negative then), or its extra forward.
 The curves h are piecewise linear between knots at powers of two of the token count (the
 CPU's and GPU's matrix kernels change regime with the row count; a line through them
@@ -457,7 +460,7 @@ def _fill_row(row: np.ndarray, work: StepWork, columns: _Columns) -> None:
         if work.decode_forks:
             row[columns.terms["f_step"]] += 1.0
             row[columns.terms["f_fork"]] += work.decode_forks
-            row[columns.terms["f_key"]] += work.decode_context_sum
+            row[columns.terms["f_key"]] += keys
         spread = 0.0 if columns.padded_decode else _spread_of(work)
         if spread > 0.0 and f"spread_{curve}" in columns.knots:  # else seen too seldom
             knots = columns.knots[f"spread_{curve}"]
