@@ -155,3 +155,25 @@ def test_roots_fork_on_cue_together_or_one_a_step(together: int, with_the_first:
         DecodeRequest(rid, [7], left, torch.Generator()))] for rid in range(3)}  # fmt: skip
     assert [rid for rid in at if at[rid] == [16, 8]] == with_the_first
     assert at[len(with_the_first)] == [15, 7]  # the next ones a step later
+
+
+def test_a_model_forks_in_calibration_only_with_both_tokens(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    import json
+
+    from real_backend.calibration.measure import apar_tokens
+    from real_backend.decoders.apar import ForkTokens
+
+    assert apar_tokens(tmp_path) is None  # no tokenizer.json: not an APAR model
+    tokenizer = tmp_path / "tokenizer.json"
+    added = [{"content": "[Fork]", "id": 7}]
+    tokenizer.write_text(json.dumps({"added_tokens": added}))
+    assert apar_tokens(tmp_path) is None  # the fork token without the child token
+    added.append({"content": "[Child]", "id": 8})
+    tokenizer.write_text(json.dumps({"added_tokens": added}))
+    assert apar_tokens(tmp_path) == ForkTokens(7, 8)
+    for unreadable in ("{not json", "[1, 2]", json.dumps({"added_tokens": [{"id": 3}]})):
+        tokenizer.write_text(unreadable)  # not "no forks": an error, in one line
+        with pytest.raises(WorkbenchError, match="unreadable added_tokens") as error:
+            apar_tokens(tmp_path)
+        assert "\n" not in str(error.value) and str(tokenizer) in str(error.value)

@@ -22,7 +22,7 @@ from real_backend.calibration.grid import BLOCK_SIZE, Grid, Probe, get_grid
 from real_backend.calibration.probe_engine import ProfilingEngine, probe_points
 from real_backend.calibration.verify_probe import VerifyWidthProbe
 from real_backend.cpu_info import cpuinfo_field
-from real_backend.decoders.apar import ForkTokens, fork_tokens
+from real_backend.decoders.apar import ForkTokens, model_fork_tokens
 from real_backend.decoders.base import Decoder
 from real_backend.engine import ServeOptions
 from real_backend.kv_cache import PagedKVCache
@@ -231,10 +231,7 @@ def _load_average() -> str:
 def apar_tokens(folder: Path) -> ForkTokens | None:
     """The checkpoint's fork and child tokens (an APAR model: the grid's fork probes run),
     or None for a model without them."""
-    try:
-        return fork_tokens(folder, AparDecoderConfig(kind="apar"))
-    except WorkbenchError:
-        return None
+    return model_fork_tokens(folder, AparDecoderConfig(kind="apar"))
 
 
 def serve_probe(

@@ -67,11 +67,7 @@ def fork_tokens(folder: Path, config: AparDecoderConfig) -> ForkTokens:
             f"{config.child_token}; {folder} has none",
             field="decoder.fork_token",
         )
-    try:
-        added = json.loads(path.read_text(encoding="utf-8")).get("added_tokens", [])
-        ids = {t["content"]: int(t["id"]) for t in added}
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-        raise WorkbenchError("unreadable added_tokens", source=str(path)) from None
+    ids = added_token_ids(path)
     missing = [t for t in (config.fork_token, config.child_token) if t not in ids]
     if missing:
         raise WorkbenchError(
@@ -80,6 +76,25 @@ def fork_tokens(folder: Path, config: AparDecoderConfig) -> ForkTokens:
             source=str(path),
             field="decoder.kind",
         )
+    return ForkTokens(ids[config.fork_token], ids[config.child_token])
+
+
+def added_token_ids(path: Path) -> dict[str, int]:
+    """A tokenizer.json's added tokens: content → id (an unreadable list: one line)."""
+    try:
+        added = json.loads(path.read_text(encoding="utf-8")).get("added_tokens", [])
+        return {t["content"]: int(t["id"]) for t in added}
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+        raise WorkbenchError("unreadable added_tokens", source=str(path)) from None
+
+
+def model_fork_tokens(folder: Path, config: AparDecoderConfig) -> ForkTokens | None:
+    """The fork and child tokens when the checkpoint's tokenizer has both, else None (a
+    model without them, or without a tokenizer.json); an unreadable tokenizer: one line."""
+    path = folder / "tokenizer.json"
+    ids = added_token_ids(path) if path.is_file() else {}
+    if config.fork_token not in ids or config.child_token not in ids:
+        return None
     return ForkTokens(ids[config.fork_token], ids[config.child_token])
 
 
