@@ -191,16 +191,7 @@ class SimReplica:
             self._draw = self.decoder.plan_step(plan, seqs, self.cost_model)
             return np.array([self._draw.duration_s])
         if plan.prefills:
-            forks, others = self._split
-            chunks = forks + others
-            work = StepWork(
-                prefill_chunk_tokens=tuple(c.tokens for c in chunks),
-                prefill_context_tokens=tuple(c.context_tokens for c in chunks),
-                decode_batch_size=plan.decode_batch_size,
-                decode_context_sum=plan.decode_context_sum,
-                decode_context_max=plan.decode_context_max,
-                fork_chunks=len(forks),
-            )
+            work = StepWork.of_plan(plan, self._split)
             return np.array([self.cost_model.step_time_s(work)])
         return self.cost_model.decode_span_s(
             plan.decode_batch_size, plan.decode_context_sum, steps, plan.decode_context_max

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from workbench.scheduling.plan import chunk_rows
+from workbench.scheduling.plan import PrefillChunk, StepPlan, chunk_rows, forward_split
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,29 @@ class StepWork:
     decode_extra_context_sum: int = 0  # Σ over those tokens of the keys each attends to
     fork_chunks: int = 0  # the first prefill chunks that are APAR forks' (see above)
     decode_forks: int = 0  # forks' chunks already counted in decode_extra_* (folded)
+
+    @classmethod
+    def of_plan(
+        cls,
+        plan: StepPlan,
+        split: tuple[list[PrefillChunk], list[PrefillChunk]] | None = None,
+        extra_tokens: int = 0,
+        extra_context_sum: int = 0,
+    ) -> StepWork:
+        """A plan's work, APAR forks' chunks first (`split`: its `forward_split`, when the
+        caller has it already), with `extra_tokens` beyond one per decode."""
+        forks, others = forward_split(plan) if split is None else split
+        chunks = forks + others
+        return cls(
+            prefill_chunk_tokens=tuple(c.tokens for c in chunks),
+            prefill_context_tokens=tuple(c.context_tokens for c in chunks),
+            decode_batch_size=plan.decode_batch_size,
+            decode_context_sum=plan.decode_context_sum,
+            decode_context_max=plan.decode_context_max,
+            decode_extra_tokens=extra_tokens,
+            decode_extra_context_sum=extra_context_sum,
+            fork_chunks=len(forks),
+        )
 
     @property
     def num_tokens(self) -> int:

@@ -24,7 +24,7 @@ from simulator.cost_models.base import CostModel, StepWork, extra_keys
 from simulator.decoders.draft_cost import DraftCache
 from simulator.decoders.step_model import StepModel
 from workbench.scheduling.adaptive_draft import AdaptiveDraftLength
-from workbench.scheduling.plan import StepPlan, forward_split
+from workbench.scheduling.plan import StepPlan
 from workbench.scheduling.sequence import Sequence
 
 
@@ -100,18 +100,8 @@ class MultiTokenStepper:
             for seq, count in zip(seqs, accepted.tolist(), strict=True):
                 self.adaptive.remember(seq.request_id, count)
         context = computed + 1  # (b,) KV incl. the step's first token
-        forks, others = forward_split(plan)
-        chunks = forks + others
-        work = StepWork(
-            prefill_chunk_tokens=tuple(c.tokens for c in chunks),
-            prefill_context_tokens=tuple(c.context_tokens for c in chunks),
-            decode_batch_size=plan.decode_batch_size,
-            decode_context_sum=plan.decode_context_sum,
-            decode_context_max=plan.decode_context_max,
-            decode_extra_tokens=int(extra.sum()),
-            decode_extra_context_sum=extra_keys(extra, context),
-            fork_chunks=len(forks),
-        )
+        keys = extra_keys(extra, context)
+        work = StepWork.of_plan(plan, extra_tokens=int(extra.sum()), extra_context_sum=keys)
         draft_s = 0.0 if self.draft is None else self._draft_s(seqs, generated, caps, accepted)
         duration_s = target.step_time_s(work) + self.model.host_s + draft_s
         drafted = int(self.model.drafted_tokens(caps, extra).sum())
