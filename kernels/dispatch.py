@@ -99,6 +99,13 @@ class KernelSet:
     # grouped references their group's: counted as exact, the closer of the two prices (a
     # decode batch of 10-16 mixed contexts ran 1.2-1.4x its equal-context twin, not 2-4x).
     pads_attention: bool
+    # Padded products (query-key pairs x heads x head_dim) under which the attention computes
+    # a step in one call padded to its longest row: a call's overhead (the grouped references).
+    one_call_products: int = 0
+
+    def one_call_padding(self, width: int) -> float:
+        """The same in padded query-keys, for heads x head_dim = `width` (0: never)."""
+        return self.one_call_products / width
 
 
 def reference_kernels() -> KernelSet:
@@ -120,6 +127,7 @@ def grouped_kernels() -> KernelSet:
         name="grouped",
         paged_tree_attention=grouped_attention.paged_tree_attention,
         pads_attention=False,
+        one_call_products=grouped_attention.CALL_COST,
     )
 
 

@@ -15,6 +15,7 @@ pytest.importorskip("transformers")
 import duckdb
 import torch
 
+from kernels.grouped_attention import CALL_COST
 from real_backend.calibration.grid import IDLE_PROBE_OUTPUT_TOKENS, get_grid
 from real_backend.calibration.measure import calibrate, resolve_target
 from real_backend.model.loading import load_checkpoint
@@ -62,6 +63,8 @@ def test_calibrate_stores_every_probe_step_and_exports_csv(
     assert [p.decode_context_max for p in decodes] == [c // 4 for c in contexts]
     assert profile.info["kernels"] == "grouped"  # the CPU default
     assert profile.info["decode_attention"] == "exact"  # priced by the context sum
+    heads, head_dim = profile.model_shape["num_attention_heads"], profile.model_shape["head_dim"]
+    assert profile.info["one_call_padding"] == CALL_COST / (heads * head_dim)
     engine = load_checkpoint(Path(profile.checkpoint), torch.float32, "cpu")  # fused as served
     assert profile.info["linear"] == profile.linear == engine.linear_impl
     # One client thinking 5 ms between requests: each prompt wakes an idle engine, and its
@@ -167,3 +170,4 @@ def test_the_kernels_measured_are_the_ones_asked_for(tiny_zoo: Path, tmp_path: P
         (padded,) = store.profiles()
         assert padded.info["kernels"] == "reference"
         assert padded.info["decode_attention"] == "padded"
+        assert padded.info["one_call_padding"] == 0  # the reference never cuts

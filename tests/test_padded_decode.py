@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +21,11 @@ from simulator.cost_models.calibrated import (
     pads_decode_attention,
     step_work,
 )
-from simulator.cost_models.calibrated_fit import Curve, spread_share
+from simulator.cost_models.calibrated_fit import Curve, padded_query_keys, spread_share
 from workbench.scheduling.decode_set import DecodeSet
 from workbench.scheduling.sequence import Sequence
 from workbench.store import ResultsStore
-from workbench.store.profiles import read_csv_profile
+from workbench.store.profiles import Profile, read_csv_profile
 
 
 def padded_truth() -> CalibratedCostModel:
@@ -191,9 +192,88 @@ def test_the_padding_of_a_spread_is_priced_per_query_of_a_row() -> None:
         )
 
 
-@pytest.mark.parametrize("context_max", [0, 90, 300])
-def test_a_spread_priced_decode_span_equals_its_steps_bit_for_bit(context_max: int) -> None:
+# Padded query-keys under which the engine pads every row in one call (the grouped
+# attention's call overhead): 800 keys at 4 queries, as a model of 8 heads × 32 would have.
+ONE_CALL = 800.0
+
+
+def one_call_truth() -> CalibratedCostModel:
     model = spread_truth()
+    model.fit.terms["p_pad"] = 5e-8
+    return CalibratedCostModel(dataclasses.replace(model.fit, one_call_padding=ONE_CALL))
+
+
+def test_a_step_padded_in_one_call_pays_its_padding_as_keys_and_no_spread() -> None:
+    model = one_call_truth()
+    key = model.fit.terms["a_decode"]
+    even = StepWork(decode_batch_size=8, decode_context_sum=8 * 40, decode_context_max=40)
+    for longest, one_call in ((80, True), (139, True), (140, False), (400, False)):
+        uneven = dataclasses.replace(even, decode_context_max=longest)
+        padding = 8 * (longest - 40)  # P = B · L − S: 792 keys at 139, 800 at 140
+        spread = model.fit.spread_s("decode", 8) * (1 - 320 / (8 * longest))
+        extra = model.step_time_s(uneven) - model.step_time_s(even)
+        assert extra == pytest.approx(key * padding if one_call else 5e-8 * padding + spread)
+
+
+def one_call_works() -> list[StepWork]:
+    """Uneven decodes and verifications of one extra token a row, each side of ONE_CALL."""
+    works = []
+    for batch, mean in itertools.product((2, 4, 8, 16), (20, 40, 300, 500)):
+        for longest in (mean, mean + 5, 3 * mean // 2, 2 * mean, 5 * mean // 2, 3 * mean):
+            context = StepWork(
+                decode_batch_size=batch, decode_context_sum=batch * mean, decode_context_max=longest
+            )
+            extra = {"decode_extra_tokens": batch, "decode_extra_context_sum": batch * mean}
+            works += [context, dataclasses.replace(context, **extra)]
+    return works
+
+
+def test_the_fit_prices_steps_each_side_of_the_one_call_padding_and_finds_the_truth() -> None:
+    model = one_call_truth()
+    works = grid_works() + one_call_works()
+    assert {_padding(w) < ONE_CALL for w in works if _padding(w) > 0} == {True, False}
+    seconds = [model.step_time_s(w) for w in works]
+    fitted = CalibratedCostModel(fit_profile(points_of(works, seconds), one_call_profile()))
+    assert fitted.fit.one_call_padding == ONE_CALL
+    np.testing.assert_allclose([fitted.step_time_s(w) for w in works], seconds, rtol=1e-6)
+    for batch in (2, 4, 8, 16):
+        assert fitted.fit.spread_s("decode", batch) == pytest.approx(
+            model.fit.spread_s("decode", batch), rel=1e-6
+        )
+    # Fitted as if every step could be cut, the same points price short ones dearer.
+    as_before = CalibratedCostModel(fit_profile(points_of(works, seconds), profile()))
+    assert as_before.fit.one_call_padding == 0.0
+    short = [w for w in works if 0 < _padding(w) < ONE_CALL]
+    assert max(as_before.step_time_s(w) / model.step_time_s(w) for w in short) > 1.01
+
+
+def test_a_batch_size_seen_uneven_only_in_one_call_places_no_knot_of_the_spread() -> None:
+    model = one_call_truth()
+    works = [w for w in one_call_works() if w.decode_batch_size < 16 or _padding(w) < ONE_CALL]
+    seconds = [model.step_time_s(w) for w in grid_works() + works]
+    fitted = fit_profile(points_of(grid_works() + works, seconds), one_call_profile())
+    assert list(fitted.curves["spread_decode"].knots) == [1.0, 2.0, 4.0, 8.0]
+
+
+def one_call_profile() -> Profile:
+    return dataclasses.replace(profile(), info={"one_call_padding": ONE_CALL})
+
+
+def _padding(work: StepWork) -> float:
+    if not work.decode_batch_size:
+        return 0.0
+    sums, maxes = np.array([work.decode_context_sum]), np.array([work.decode_context_max])
+    extra = work.decode_extra_tokens
+    return float(padded_query_keys(work.decode_batch_size, sums, maxes, extra)[0])
+
+
+@pytest.mark.parametrize("context_max", [0, 90, 300, 3000])
+@pytest.mark.parametrize("one_call", [0.0, ONE_CALL])
+def test_a_spread_priced_decode_span_equals_its_steps_bit_for_bit(
+    context_max: int, one_call: float
+) -> None:
+    model = spread_truth()
+    model = CalibratedCostModel(dataclasses.replace(model.fit, one_call_padding=one_call))
     span = model.decode_span_s(3, 270, 40, context_max)
     for i, value in enumerate(span):
         work = StepWork(

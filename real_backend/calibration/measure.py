@@ -164,10 +164,12 @@ def _conditions(profile: Profile) -> tuple[object, ...]:
     # decode_attention: profiles begun before schema 9 recorded neither padding nor idle
     # time, so an interrupted one is not resumed with points that do
     # (and one whose verification steps were measured otherwise is not either)
+    # (nor one begun before the grouped attention's one-call rule was recorded)
     attention, kernels = profile.info.get("decode_attention"), profile.info.get("kernels")
+    one_call = profile.info.get("one_call_padding")
     return (
         profile.checkpoint, profile.device, profile.dtype, profile.threads, profile.grid,
-        attention, kernels, profile.linear, profile.verify_revision,
+        attention, kernels, one_call, profile.linear, profile.verify_revision,
     )  # fmt: skip
 
 
@@ -195,6 +197,7 @@ def _new_profile(target: CalibrationTarget, grid: Grid, name: str, args: ModelAr
             "platform": platform.platform(),
             "kernels": kernels.name,
             "decode_attention": "padded" if kernels.pads_attention else "exact",
+            "one_call_padding": kernels.one_call_padding(args.n_heads * args.head_dim),
             "linear": default_linear(DTYPES[target.dtype], target.device),
             "verify_revision": VERIFY_REVISION,
         },

@@ -68,13 +68,15 @@ def fit_profile(
     and cache work: what a speculative draft's forward costs inside a step)."""
     works = [step_work(p) for p in points]
     padded = profile is not None and pads_decode_attention(profile)
+    one_call = 0.0 if profile is None else one_call_padding(profile)
     seconds = [p.forward_s if forwards else p.step_s for p in points]
     idle = [p.idle_before_s for p in points]
     runs = [p.probe for p in points]
     since = since_prefill(points)
     return fit_step_costs(
-        works, seconds, padded_decode=padded, idle_s=idle, runs=runs, since_prefill=since
-    )
+        works, seconds, padded_decode=padded, one_call_padding=one_call, idle_s=idle,
+        runs=runs, since_prefill=since,
+    )  # fmt: skip
 
 
 def since_prefill(points: list[ProfilePoint]) -> list[tuple[int, int]]:
@@ -116,6 +118,13 @@ def pads_decode_attention(profile: Profile) -> bool:
     """Whether the profiled engine's decode attention pads to the batch's longest context
     (recorded since schema 9; older profiles are fitted by the context sum, as they were)."""
     return profile.info.get("decode_attention") == "padded"
+
+
+def one_call_padding(profile: Profile) -> float:
+    """The padded query-keys under which the profiled engine's attention computes a step in
+    one call padded to the longest (recorded since 2026-11-28; 0 for older profiles and for
+    kernels that never pad: priced as before, by p_pad and s(B))."""
+    return float(profile.info.get("one_call_padding", 0.0))
 
 
 class CalibratedCostModel(SplitCostModel):

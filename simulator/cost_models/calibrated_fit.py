@@ -40,7 +40,12 @@ measured with a spread), 0 at one sequence (it has no spread) and rising linearl
 to the smallest batch measured with a spread (a few sequences make one group padded to the
 longest: cheap); 0 where the profile saw no spread. The number of groups is what
 the simulator cannot know: it tracks a decode set's context sum and longest, not every
-context.
+context. Whether there is more than one it can know where the kernel says: the grouped
+attention computes a step in one call padded to the longest when that padding, (1 + X / B)
+· P query-keys, is under its `one_call_padding` (a call's overhead in padded work, recorded
+in the profile), and such a step pays for P as for its keys, a per key, no p_pad nor s(B)
+(served `apar-small` decode steps of 5-16 sequences of ~50-token contexts were priced 8-19 %
+over at G > 0.3 by s(B), fitted on contexts of 16-688 tokens; so, −2.2 to +4.5 % by band).
 X extra tokens computed for them (drafts, windows, forks' chunks) attending to S_x keys; a
 fork also costs what its rows do not (served `apar-small` steps on the CPU engine: a step
 with one fork 0.9-1.5 ms over a decode step of the same batch; its bookkeeping, its first
@@ -139,6 +144,7 @@ class StepCostFit:
     points_dropped: int = 0  # outliers left out of the last fit
     kinds: tuple[str, ...] = field(default=())  # step kinds the profile measured
     padded_decode: bool = False  # decode keys counted as B × the longest context
+    one_call_padding: float = 0.0  # padded query-keys under which a step pads in one call
     # (curve, x) → the curve's value: a run asks for the same few batch sizes again and again
     _values: dict[tuple[str, float], float] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -186,13 +192,15 @@ class StepCostFit:
         computed for them beside one each (elementwise: a decode span and its single steps
         agree bit for bit)."""
         padded = padded_keys(batch_size, context_sums, context_maxes)
+        key_price = self.terms[f"a_{curve}"]
         if self.padded_decode:
-            return self.terms[f"a_{curve}"] * padded
+            return key_price * padded
         excess = padded - context_sums  # B · L − S, as spread_share and padded_query_keys
         spread = excess / np.maximum(padded, 1.0)
-        queries = 1.0 + extra_tokens / batch_size
-        price = self.terms[f"a_{curve}"] * context_sums + self.pad_price * queries * excess
-        return price + self.spread_s(curve, batch_size) * spread
+        padding = (1.0 + extra_tokens / batch_size) * excess  # as padded_query_keys
+        cut = self.pad_price * padding + self.spread_s(curve, batch_size) * spread
+        one_call = padding < self.one_call_padding  # every row padded to the longest
+        return key_price * context_sums + np.where(one_call, key_price * padding, cut)
 
     @cached_property
     def pad_price(self) -> float:
@@ -261,19 +269,22 @@ class _Columns:
     terms: dict[str, int]  # scalar term → its column
     size: int
     padded_decode: bool
+    one_call_padding: float
 
     @classmethod
     def for_works(
         cls,
         works: list[StepWork],
         kinds: set[str],
-        padded_decode: bool,
+        attention: tuple[bool, float],
         idle_ms: np.ndarray,
         after: AfterPrefill,
     ) -> _Columns:
+        """`attention`: (padded_decode, one_call_padding), as `fit_step_costs` takes them."""
+        padded_decode, one_call_padding = attention
         knots = {name: _knots(_curve_tokens(works, name)) for name in _curves_needed(kinds)}
         if not padded_decode:
-            knots |= _spread_knots(works)
+            knots |= _spread_knots(works, one_call_padding)
         if (idle_ms > 0).any():
             knots["wake"] = _knots(list(idle_ms[idle_ms > 0]))
         for k in range(1, AFTER_PREFILL_STEPS + 1):
@@ -286,7 +297,7 @@ class _Columns:
         forks = any(work.decode_forks for work in works)
         for name in _terms_needed(kinds, padded_decode, forks):
             terms[name], column = column, column + 1
-        return cls(knots, offsets, terms, column, padded_decode)
+        return cls(knots, offsets, terms, column, padded_decode, one_call_padding)
 
 
 def _curves_needed(kinds: set[str]) -> list[str]:
@@ -300,14 +311,17 @@ def _curves_needed(kinds: set[str]) -> list[str]:
     return curves
 
 
-def _spread_knots(works: list[StepWork]) -> dict[str, np.ndarray]:
+def _spread_knots(works: list[StepWork], one_call_padding: float) -> dict[str, np.ndarray]:
     """Knots of s_decode and s_verify over the batch sizes measured with a spread in
     SPREAD_KNOT_STEPS steps or more (steps of a slight one, or at a batch size seen less
     often, price it too but place no knot: a price only they see would be fitted to their
-    noise), from a first knot at one sequence, whose price `_curve_into` holds at 0."""
+    noise), from a first knot at one sequence, whose price `_curve_into` holds at 0. Steps
+    padded in one call pay no s(B) and place none."""
     batches: dict[str, Counter[int]] = {}
     for work in works:
-        if work.decode_batch_size > 1 and _spread_of(work) >= SPREAD_KNOT_SHARE:
+        if work.decode_batch_size < 2 or _padding_of(work) < one_call_padding:
+            continue
+        if _spread_of(work) >= SPREAD_KNOT_SHARE:
             name = f"spread_{_decode_curve(work)}"
             batches.setdefault(name, Counter())[work.decode_batch_size] += 1
     knots = {}
@@ -450,28 +464,40 @@ def _wake_share(idle_s: float, knots: np.ndarray) -> float:
 
 def _fill_row(row: np.ndarray, work: StepWork, columns: _Columns) -> None:
     if work.decode_batch_size:
-        curve = _decode_curve(work)
-        tokens = work.decode_batch_size + work.decode_extra_tokens
-        _curve_into(row, columns, curve, tokens)
-        keys = work.padded_decode_keys if columns.padded_decode else work.decode_context_sum
-        row[columns.terms[f"a_{curve}"]] += keys + work.decode_extra_context_sum
-        if not columns.padded_decode:
-            row[columns.terms["p_pad"]] += _padding_of(work)
-        if work.decode_forks:
-            row[columns.terms["f_step"]] += 1.0
-            row[columns.terms["f_fork"]] += work.decode_forks
-            row[columns.terms["f_key"]] += keys
-        spread = 0.0 if columns.padded_decode else _spread_of(work)
-        if spread > 0.0 and f"spread_{curve}" in columns.knots:  # else seen too seldom
-            knots = columns.knots[f"spread_{curve}"]
-            x = spread_x(work.decode_batch_size, knots)
-            _curve_into(row, columns, f"spread_{curve}", x, scale=spread)
+        _fill_decode(row, work, columns)
     if work.prefill_chunk_tokens:
         _curve_into(row, columns, "prefill", sum(work.prefill_chunk_tokens))
         row[columns.terms["a_prefill"]] += prefill_keys(work)
         row[columns.terms["c_chunk"]] += len(work.prefill_chunk_tokens) - 1
         if work.decode_batch_size:
             row[columns.terms["m_mixed"]] += 1.0
+
+
+def _fill_decode(row: np.ndarray, work: StepWork, columns: _Columns) -> None:
+    curve = _decode_curve(work)
+    _curve_into(row, columns, curve, work.decode_batch_size + work.decode_extra_tokens)
+    keys = work.padded_decode_keys if columns.padded_decode else work.decode_context_sum
+    row[columns.terms[f"a_{curve}"]] += keys + work.decode_extra_context_sum
+    if work.decode_forks:
+        row[columns.terms["f_step"]] += 1.0
+        row[columns.terms["f_fork"]] += work.decode_forks
+        row[columns.terms["f_key"]] += keys
+    if not columns.padded_decode:
+        _fill_spread(row, work, columns, curve)
+
+
+def _fill_spread(row: np.ndarray, work: StepWork, columns: _Columns, curve: str) -> None:
+    """p_pad · P + s(B) · G, or P at the curve's price per key for a step padded in one call."""
+    padding = _padding_of(work)
+    if padding < columns.one_call_padding:
+        row[columns.terms[f"a_{curve}"]] += padding
+        return
+    row[columns.terms["p_pad"]] += padding
+    spread = _spread_of(work)
+    if spread > 0.0 and f"spread_{curve}" in columns.knots:  # else seen too seldom
+        knots = columns.knots[f"spread_{curve}"]
+        x = spread_x(work.decode_batch_size, knots)
+        _curve_into(row, columns, f"spread_{curve}", x, scale=spread)
 
 
 def _one(value: float) -> np.ndarray:
@@ -502,14 +528,17 @@ def fit_step_costs(
     seconds: Iterable[float],
     *,
     padded_decode: bool = False,
+    one_call_padding: float = 0.0,
     idle_s: Iterable[float] | None = None,
     runs: list[str] | None = None,
     since_prefill: Iterable[tuple[int, int]] | None = None,
 ) -> StepCostFit:
     """Fit the model to measured steps (`works[i]` took `seconds[i]`, after the engine slept
     `idle_s[i]`, 0: right after another step); `padded_decode`: the engine's decode attention
-    reads every sequence as long as the batch's longest; `runs[i]`: the probe run the step
-    was measured in (`name@pass`), to drop a pass that ran in a spell of the machine;
+    reads every sequence as long as the batch's longest; `one_call_padding`: the padded
+    query-keys under which it computes a step in one call padded to the longest (0: never);
+    `runs[i]`: the probe run the step was measured in (`name@pass`), to drop a pass that ran
+    in a spell of the machine;
     `since_prefill[i]`: (k, P) for the k-th decode step after one that prefilled, of reach P."""
     measured = np.asarray(list(seconds), dtype=np.float64)  # (n,)
     if len(works) != len(measured) or not len(works):
@@ -517,7 +546,8 @@ def fit_step_costs(
     kinds = {work_kind(work) for work in works}
     idle_ms = np.zeros(len(works)) if idle_s is None else 1e3 * np.asarray(list(idle_s))  # (n,)
     after = AfterPrefill.of(works, since_prefill)
-    columns = _Columns.for_works(works, kinds, padded_decode, idle_ms, after)
+    attention = (padded_decode, one_call_padding)
+    columns = _Columns.for_works(works, kinds, attention, idle_ms, after)
     design = _design(works, columns, idle_ms, after)  # (n, params)
     kept = np.isfinite(measured) & (measured > 0)
     params = _solve(design[kept], measured[kept], measured[kept], columns)
@@ -582,4 +612,5 @@ def _as_fit(
     }
     terms = {name: float(params[column]) for name, column in columns.terms.items()}
     ordered = tuple(kind for kind in KINDS if kind in kinds)
-    return StepCostFit(curves, terms, used, dropped, ordered, columns.padded_decode)
+    attention = (columns.padded_decode, columns.one_call_padding)
+    return StepCostFit(curves, terms, used, dropped, ordered, *attention)
