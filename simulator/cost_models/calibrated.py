@@ -123,7 +123,7 @@ def pads_decode_attention(profile: Profile) -> bool:
 def one_call_padding(profile: Profile) -> float:
     """The padded query-keys under which the profiled engine's attention computes a step in
     one call padded to the longest (recorded since 2026-11-28; 0 for older profiles and for
-    kernels that never pad: priced as before, by p_pad and s(B))."""
+    kernels that never cut a batch into calls, the reference and Triton's: priced as before)."""
     return float(profile.info.get("one_call_padding", 0.0))
 
 
