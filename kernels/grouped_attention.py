@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from kernels.paged_attention import paged_tree_attention as reference_attention
 
-__all__ = ["attend_in_groups", "decode_attention", "paged_tree_attention", "row_groups"]
+__all__ = ["attend_in_groups", "decode_attention", "padding", "paged_tree_attention", "row_groups"]
 
 # A row joins a bin whose longest query x widest keys is at most 1.5x its own: the best of
 # 1.2, 1.5 and 2 for decode batches of 16-64 lognormal contexts (benchmarks/attention_grouping.py).
@@ -25,7 +25,8 @@ SLACK = 1.5
 # One call of the reference, in the products it computes (query-key pairs x heads x head_dim):
 # ~0.25 ms on CPU, about what 2**18 products take there. A trade-off (docs/benchmarks.md):
 # 2**20 keeps mid-size decode batches whole (a batch of 10 cut in two ran 11 % slower than
-# whole) but then the calibrated twin, which prices the context sum, runs 13-25 % short.
+# whole) but then the calibrated twin ran 13-25 % short (it priced the context sum then; it
+# now reads this rule from the profile, `KernelSet.one_call_products`: they change together).
 CALL_COST = 2**18
 
 
@@ -87,13 +88,18 @@ def paged_tree_attention(
     """The reference's attention, computed group by group (see the module docstring)."""
     nh, hd = q.shape[2:]
     news, keys = new_lens.tolist(), (context_lens + new_lens).tolist()
-    padded = max(news) * max(keys) * len(news) - sum(n * k for n, k in zip(news, keys, strict=True))
-    if padded * nh * hd < CALL_COST:  # no cut could pay for its call: skip the sort
+    if padding(news, keys) * nh * hd < CALL_COST:  # no cut could pay for its call
         groups = [list(range(len(news)))]
     else:
         groups = row_groups(news, keys, nh * hd)
     args = (q, k_cache, v_cache, block_tables, context_lens, new_lens, tree_mask, scale)
     return attend_in_groups(groups, *args, lens=(news, keys))
+
+
+def padding(news: list[int], keys: list[int]) -> int:
+    """Query-key pairs that padding every row to the longest query and keys adds: under
+    CALL_COST / width the step runs in one call (the calibrated price's rule too)."""
+    return max(news) * max(keys) * len(news) - sum(n * k for n, k in zip(news, keys, strict=True))
 
 
 def decode_attention(

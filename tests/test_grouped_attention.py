@@ -11,6 +11,7 @@ from kernel_helpers import TOLERANCES, random_paged_inputs  # noqa: E402
 from kernels.grouped_attention import (  # noqa: E402
     CALL_COST,
     decode_attention,
+    padding,
     paged_tree_attention,
     row_groups,
 )
@@ -102,3 +103,24 @@ def test_no_member_is_padded_past_the_slack_by_a_later_one():
     # sorted by query first, a shorter query with far more keys must not widen the bin
     assert row_groups([3, 2], [60, 2000], 256) == [[0], [1]]
     assert row_groups([256, 200], [256, 3200], 256) == [[0], [1]]
+
+
+def test_the_calibrated_price_counts_the_padding_the_kernel_decides_on() -> None:
+    """Rows of as many queries each: the kernel's padding is the simulator's (1 + X / B) · P,
+    and the threshold the calibration records is CALL_COST in query-keys."""
+    import numpy as np
+
+    from kernels.dispatch import grouped_kernels, reference_kernels
+    from simulator.cost_models.calibrated_fit import padded_query_keys
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        batch, queries = int(rng.integers(1, 33)), int(rng.integers(1, 9))
+        contexts = rng.integers(1, 700, batch).tolist()
+        keys = [c + queries for c in contexts]  # the step's own keys too
+        sums, longest = np.array([float(sum(contexts))]), np.array([float(max(contexts))])
+        extra = batch * (queries - 1)
+        simulated = padded_query_keys(batch, sums, longest, extra)[0]
+        assert padding([queries] * batch, keys) == simulated
+    assert grouped_kernels().one_call_padding(256) * 256 == CALL_COST
+    assert reference_kernels().one_call_padding(256) == 0.0

@@ -1,7 +1,8 @@
 """Decode attention that pads every sequence to the batch's longest context (the real
 backend's reference kernel): the scheduler knows the longest context, profiles record it,
 and the calibrated cost model prices decodes by batch × longest where the engine pads, and
-a spread of contexts by a fitted price per batch size where it does not (`spread_share`)."""
+a spread of contexts by a fitted price per batch size where it does not (`spread_share`),
+but where the engine pads every row in one call (`one_call_padding`): its padding as keys."""
 
 from __future__ import annotations
 
@@ -193,7 +194,7 @@ def test_the_padding_of_a_spread_is_priced_per_query_of_a_row() -> None:
 
 
 # Padded query-keys under which the engine pads every row in one call (the grouped
-# attention's call overhead): 800 keys at 4 queries, as a model of 8 heads × 32 would have.
+# attention's call overhead): an arbitrary threshold (a model of 8 heads × 32 records 1,024).
 ONE_CALL = 800.0
 
 

@@ -122,8 +122,9 @@ def _standard() -> Grid:
             )
     for batch in (4, 8, 16, 32):  # prompts of 16–640 tokens: the longest ~2× the mean
         probes.append(Probe(f"decode-spread-b{batch}", batch, (16, 640), (48, 48), batch))
-    # And of 8-96 tokens, whose padding the grouped attention mostly computes in one call
-    # (`KernelSet.one_call_products`): priced by the key price, not s(B), since 2026-11-28
+    # And of 8-96 tokens, whose padding the grouped attention computes in one call for a
+    # narrow model (`KernelSet.one_call_products`; under 1,024 padded query-keys at 8 heads x
+    # 32, 64 at 32 x 128): priced by the key price, not s(B), since 2026-11-28
     # (served `apar-small` steps of ~50-token contexts were priced 8-19 % over at G > 0.3 by
     # the s(B) of the longer probes above); these probes measure that regime.
     for batch in (4, 8, 16, 32):

@@ -163,8 +163,8 @@ def _resume_or_new(
 def _conditions(profile: Profile) -> tuple[object, ...]:
     # decode_attention: profiles begun before schema 9 recorded neither padding nor idle
     # time, so an interrupted one is not resumed with points that do
-    # (and one whose verification steps were measured otherwise is not either)
-    # (nor one begun before the grouped attention's one-call rule was recorded)
+    # (nor one whose verification steps were measured otherwise, or begun before the grouped
+    # attention's one-call rule was recorded)
     attention, kernels = profile.info.get("decode_attention"), profile.info.get("kernels")
     one_call = profile.info.get("one_call_padding")
     return (

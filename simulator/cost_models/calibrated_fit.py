@@ -9,6 +9,8 @@ a cost per attention key:
     verify   h_verify(B + X) + a_verify · (S + S_x) + s_verify(B) · G + p_pad · (1 + X / B) · P
     prefill  h_prefill(N) + a_prefill · K + c_chunk · (chunks − 1)
     mixed    the decode (or verify) part + the prefill part + m_mixed
+    (a step padded in one call, P under `one_call_padding`: a · (1 + X / B) · P for both
+      the s and p_pad terms)
     + f_step + f_fork · F + f_key · S for a step whose decode forward computes F > 0 APAR
       forks' chunks
     + h_wake(I) for a step the engine slept I ms before (0 for a step right after another)
@@ -43,9 +45,13 @@ the simulator cannot know: it tracks a decode set's context sum and longest, not
 context. Whether there is more than one it can know where the kernel says: the grouped
 attention computes a step in one call padded to the longest when that padding, (1 + X / B)
 · P query-keys, is under its `one_call_padding` (a call's overhead in padded work, recorded
-in the profile), and such a step pays for P as for its keys, a per key, no p_pad nor s(B)
+in the profile), and such a step pays for that padding as for keys, a per key, no p_pad nor
+s(B)
 (served `apar-small` decode steps of 5-16 sequences of ~50-token contexts were priced 8-19 %
 over at G > 0.3 by s(B), fitted on contexts of 16-688 tokens; so, −2.2 to +4.5 % by band).
+The rule is the kernel's exactly where every row has as many queries; a step with an APAR
+fork's two-token chunk (every decode row padded to its two queries) or with uneven drafts
+pads more than (1 + X / B) · P, so the kernel may cut it where this prices it as one call.
 X extra tokens computed for them (drafts, windows, forks' chunks) attending to S_x keys; a
 fork also costs what its rows do not (served `apar-small` steps on the CPU engine: a step
 with one fork 0.9-1.5 ms over a decode step of the same batch; its bookkeeping, its first
@@ -189,18 +195,22 @@ class StepCostFit:
         extra_tokens: int = 0,
     ) -> np.ndarray:
         """The decode (or verify) part's cost of its sequences' contexts, `extra_tokens`
-        computed for them beside one each (elementwise: a decode span and its single steps
-        agree bit for bit)."""
+        computed for them beside one each; a step padded in one call pays its padding as
+        keys (elementwise: a decode span and its single steps agree bit for bit)."""
         padded = padded_keys(batch_size, context_sums, context_maxes)
         key_price = self.terms[f"a_{curve}"]
         if self.padded_decode:
             return key_price * padded
         excess = padded - context_sums  # B · L − S, as spread_share and padded_query_keys
         spread = excess / np.maximum(padded, 1.0)
-        padding = (1.0 + extra_tokens / batch_size) * excess  # as padded_query_keys
-        cut = self.pad_price * padding + self.spread_s(curve, batch_size) * spread
-        one_call = padding < self.one_call_padding  # every row padded to the longest
-        return key_price * context_sums + np.where(one_call, key_price * padding, cut)
+        queries = 1.0 + extra_tokens / batch_size
+        price = key_price * context_sums + self.pad_price * queries * excess
+        cut = price + self.spread_s(curve, batch_size) * spread
+        if not self.one_call_padding:
+            return cut
+        padding = queries * excess  # as padded_query_keys
+        one_call = key_price * context_sums + key_price * padding
+        return np.where(padding < self.one_call_padding, one_call, cut)
 
     @cached_property
     def pad_price(self) -> float:
@@ -487,7 +497,8 @@ def _fill_decode(row: np.ndarray, work: StepWork, columns: _Columns) -> None:
 
 
 def _fill_spread(row: np.ndarray, work: StepWork, columns: _Columns, curve: str) -> None:
-    """p_pad · P + s(B) · G, or P at the curve's price per key for a step padded in one call."""
+    """p_pad · (1 + X / B) · P + s(B) · G, or for a step padded in one call that padding at
+    the curve's price per key."""
     padding = _padding_of(work)
     if padding < columns.one_call_padding:
         row[columns.terms[f"a_{curve}"]] += padding
