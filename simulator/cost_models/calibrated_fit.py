@@ -46,9 +46,9 @@ context. Whether there is more than one it can know where the kernel says: the g
 attention computes a step in one call padded to the longest when that padding, (1 + X / B)
 · P query-keys, is under its `one_call_padding` (a call's overhead in padded work, recorded
 in the profile), and such a step pays for that padding as for keys, a per key, no p_pad nor
-s(B)
-(served `apar-small` decode steps of 5-16 sequences of ~50-token contexts were priced 8-19 %
-over at G > 0.3 by s(B), fitted on contexts of 16-688 tokens; so, −2.2 to +4.5 % by band).
+s(B) (served `apar-small` decode steps of 5-16 sequences of ~50-token contexts were priced
+8-19 % over at G > 0.3 by s(B), fitted on contexts of 16-688 tokens; so, −2.2 to +4.5 % by
+band).
 The rule is the kernel's exactly where every row has as many queries; a step with an APAR
 fork's two-token chunk (every decode row padded to its two queries) or with uneven drafts
 pads more than (1 + X / B) · P, so the kernel may cut it where this prices it as one call.
