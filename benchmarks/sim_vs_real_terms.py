@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import uuid
 
 from reports.sim_vs_real import pair_error_text
 from workbench.runner import run_scenario
 from workbench.scenario.scenario import Scenario
 from workbench.scenario.system import CalibratedCostConfig
 from workbench.store.db import ResultsStore
+from workbench.store.ids import new_id
 from workbench.store.profiles import Profile
 
 
@@ -40,7 +40,7 @@ def variant(store: ResultsStore, profile: Profile, name: str) -> Profile:
         return known[-1]
     info = profile.info | ({"decode_attention": "exact"} if name == "exact" else {})
     copy = dataclasses.replace(
-        profile, name=full, profile_id=uuid.uuid4().hex[:12], completed_at=None, info=info
+        profile, name=full, profile_id=new_id(), completed_at=None, info=info
     )
     points = store.profile_points(profile.profile_id)
     if name == "no-wake":

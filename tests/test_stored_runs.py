@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from simulator.stored_runs import stored_run
 from workbench.errors import WorkbenchError
+from workbench.scenario.loader import load_scenario
+from workbench.scenario.scenario import Scenario
 from workbench.store.db import ResultsStore
+from workbench.store.ids import new_id
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 
 def test_without_a_database_the_error_says_to_run_with_one() -> None:
@@ -25,3 +32,33 @@ def test_an_unknown_run_names_the_database_and_the_field(tmp_path: Path) -> None
     message = str(info.value)
     assert "no run with id or prefix 'ffff'" in message
     assert str(tmp_path / "r.duckdb") in message and "decoder.calibrate_from" in message
+
+
+def test_a_new_id_of_digits_only_is_drawn_again() -> None:
+    draws = iter(["190660135082", "012345670123", "0123456789ab"])
+    fresh = new_id(lambda: next(draws))
+    assert fresh == "0123456789ab"
+    assert isinstance(yaml.safe_load(fresh), str)
+
+
+@pytest.mark.parametrize(
+    ("dotted", "read"),
+    [
+        ("decoder.calibrate_from", lambda s: s.decoder.calibrate_from),
+        ("cost_model.profile", lambda s: s.cost_model.profile),
+    ],
+)
+def test_an_id_of_digits_only_written_unquoted_is_read_as_its_digits(
+    dotted: str, read: Callable[[Scenario], object]
+) -> None:
+    """A run stored before ids held a letter keeps a digits-only id; YAML reads it as a number."""
+    overrides = [f"{dotted}=190660135082"]
+    if dotted.startswith("cost_model"):
+        overrides.insert(0, "cost_model={kind: calibrated}")
+    scenario = load_scenario(SCENARIOS / "apar_sim.yaml", overrides)
+    assert read(scenario) == "190660135082"
+
+
+def test_a_boolean_is_no_stored_id() -> None:
+    with pytest.raises(WorkbenchError, match=r"decoder\.calibrate_from"):
+        load_scenario(SCENARIOS / "apar_sim.yaml", ["decoder.calibrate_from=true"])

@@ -6,7 +6,6 @@ import functools
 import importlib.metadata
 import subprocess
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from workbench.scenario.decoders import draft_field, draft_of, with_draft
 from workbench.scenario.scenario import Scenario
 from workbench.scenario.system import CalibratedCostConfig
 from workbench.store.db import ResultsStore
+from workbench.store.ids import new_id
 from workbench.sweep import SweepPoint, expand, point_source
 
 if TYPE_CHECKING:
@@ -157,7 +157,7 @@ def run_point(
     records.info.setdefault("decoder", scenario.decoder.kind)
     records.info.update(info or {})
     meta = RunMeta(
-        run_id=uuid.uuid4().hex[:12],
+        run_id=new_id(),
         scenario_name=scenario.name,
         scenario_hash=scenario.config_hash(),
         config_json=scenario.config_json(),

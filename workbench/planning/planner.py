@@ -37,6 +37,7 @@ from workbench.runner import git_sha, package_versions
 from workbench.scenario.plan import CheapestObjective, MaxRateObjective, PlanConfig
 from workbench.scenario.scenario import Scenario
 from workbench.store.db import ResultsStore
+from workbench.store.ids import new_id
 
 ProgressFn = Callable[[str], None]  # called with a one-line status after every probe
 
@@ -320,7 +321,7 @@ class Planner:
         )
         finished = time.time()
         meta = RunMeta(
-            run_id=uuid.uuid4().hex[:12],
+            run_id=new_id(),
             scenario_name=scenario.name,
             scenario_hash=scenario.config_hash(),
             config_json=scenario.config_json(),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 
 class StrictModel(BaseModel):
@@ -12,3 +14,15 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(
         extra="forbid", validate_default=True, use_attribute_docstrings=False, allow_inf_nan=False
     )
+
+
+def _integer_as_its_digits(value: object) -> object:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+# A stored run's or profile's id (or name) as a scenario names it. YAML reads an id of digits
+# only (`calibrate_from: 190660135082`, or the same through `--set`) as an integer; its digits
+# are the id. (YAML 1.1 reads digits 0-7 after a leading 0 as octal: quote such an id.)
+StoredRef = Annotated[str, BeforeValidator(_integer_as_its_digits)]

@@ -11,7 +11,7 @@ from typing import Annotated, Literal, TypeVar
 
 from pydantic import Field, model_validator
 
-from workbench.scenario.base import StrictModel
+from workbench.scenario.base import StoredRef, StrictModel
 
 DecoderConfigT = TypeVar("DecoderConfigT", bound=StrictModel)
 
@@ -156,7 +156,7 @@ class SpeculativeDecoderConfig(SamplingConfig):
         default_factory=lambda: IIDAcceptance(kind="iid", rate=0.7),
         description="Simulator: accepted drafted tokens per step.",
     )
-    calibrate_from: str | None = Field(
+    calibrate_from: StoredRef | None = Field(
         default=None,
         description="Simulator: a run id (prefix) in the database whose measured acceptance "
         "replaces `acceptance`: from a chain draft's run (fixed or `adaptive` k), its request "
@@ -208,7 +208,7 @@ class LookaheadDecoderConfig(StrictModel):
         description="Simulator: accepted tokens per step beyond the first (histogram); "
         "required unless calibrate_from is set.",
     )
-    calibrate_from: str | None = Field(
+    calibrate_from: StoredRef | None = Field(
         default=None,
         description="Simulator: a run id (prefix) whose recorded tokens per step to replay.",
     )
@@ -290,7 +290,7 @@ class PipelineDecoderConfig(StrictModel):
     pipeline: PipelineOptions = Field(
         default_factory=PipelineOptions, description="Stage processes and emulation."
     )
-    calibrate_from: str | None = Field(
+    calibrate_from: StoredRef | None = Field(
         default=None,
         description="Simulator: a stored real run of this pipeline (id or prefix) whose "
         "measured stage times and link replace the cost model's.",
@@ -366,7 +366,7 @@ class PipeInferDecoderConfig(StrictModel):
         description="Simulator: drafted tokens a run's target accepts (up to the first "
         "mismatch), per run of max_draft_tokens.",
     )
-    calibrate_from: str | None = Field(
+    calibrate_from: StoredRef | None = Field(
         default=None,
         description="Simulator: a stored real run of this pipeline (id or prefix) whose "
         "measured stage times, draft time, link and acceptance replace the cost model's.",
@@ -455,7 +455,7 @@ class AparDecoderConfig(SamplingConfig):
         default_factory=AparTreeModelConfig,
         description="Simulator: request trees drawn from parameters (unless calibrate_from).",
     )
-    calibrate_from: str | None = Field(
+    calibrate_from: StoredRef | None = Field(
         default=None,
         description="Simulator: a run id (prefix) of a real APAR run whose request trees to "
         "replay (request i gets tree i modulo their number).",

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from workbench.scenario.admission import AdmissionConfig, FcfsAdmission
-from workbench.scenario.base import StrictModel
+from workbench.scenario.base import StoredRef, StrictModel
 from workbench.scenario.decoders import DecoderConfig as DecoderConfig
 from workbench.scenario.decoders import VanillaDecoderConfig as VanillaDecoderConfig
 from workbench.scenario.kv_cache import KVCacheConfig as KVCacheConfig
@@ -163,7 +163,7 @@ class CalibratedCostConfig(StrictModel):
         description="Step costs fitted to a real engine's measured steps (`workbench "
         "calibrate`): the simulator prices a step as that engine spends it, on its device."
     )
-    profile: str | None = Field(
+    profile: StoredRef | None = Field(
         default=None,
         description="A calibration profile in the run's results database: its name (the "
         "latest of that name) or its id.",
@@ -178,7 +178,7 @@ class CalibratedCostConfig(StrictModel):
         description="Price the scenario with a profile measured on another device or dtype "
         "than its own (a what-if). Off: such a profile is refused.",
     )
-    draft_profile: str | None = Field(
+    draft_profile: StoredRef | None = Field(
         default=None,
         description="Speculative decoding: the draft model's calibration profile (`workbench "
         "calibrate --model DRAFT`), in the run's results database; its measured forwards price "

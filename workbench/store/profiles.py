@@ -13,7 +13,6 @@ transaction as the probe ends, and a profile is `complete` once every probe is i
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 import duckdb
 
 from workbench.errors import WorkbenchError
+from workbench.store.ids import new_id
 from workbench.store.schema import POINT_COLUMNS, PROFILE_COLUMNS
 
 SINCE_SCHEMA_9 = ("decode_context_max", "idle_before_s")  # optional in older CSVs
@@ -116,7 +116,7 @@ class Profile:
     created_at: float = 0.0  # unix seconds
     completed_at: float | None = None
     info: dict[str, Any] = field(default_factory=dict)
-    profile_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    profile_id: str = field(default_factory=new_id)
 
     @property
     def complete(self) -> bool:
