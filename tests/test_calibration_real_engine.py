@@ -99,6 +99,16 @@ def test_calibrate_stores_every_probe_step_and_exports_csv(
     with ResultsStore.open(db, read_only=True) as store:
         old, new = store.profiles()
     assert (old.verify_revision, new.verify_revision) == (0, VERIFY_REVISION)
+    # Nor is one begun before the one-call rule was recorded (priced without the rule).
+    info = {k: v for k, v in new.info.items() if k != "one_call_padding"}
+    with duckdb.connect(str(db)) as con:
+        con.execute(
+            "UPDATE profiles SET info = ? WHERE profile_id = ?", [json.dumps(info), new.profile_id]
+        )
+    assert main(_calibrate_cli(db, tiny_zoo)) == 0
+    assert "measured 8 probes" in capsys.readouterr().out
+    with ResultsStore.open(db, read_only=True) as store:
+        assert "one_call_padding" in store.profiles()[-1].info
 
 
 def test_an_apar_model_is_calibrated_with_forks_on_cue(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kernels.grouped_attention import CALL_COST, padding
 from real_backend.calibration.grid import GRIDS, get_grid
 from workbench.errors import WorkbenchError
 from workbench.scheduling.blocks import blocks_for
@@ -61,3 +62,20 @@ def test_every_idle_probe_wakes_after_a_spell_of_decoding() -> None:
     idle = [p for p in grid.probes if p.think_s > 0]
     assert {p.name.split("-")[1] for p in idle} >= {"t1", "t128", "t512"}
     assert all(p.output_tokens[0] >= 16 and p.concurrency == 1 for p in idle)
+
+
+def test_uneven_decodes_are_probed_on_both_sides_of_the_one_call_rule() -> None:
+    """The grouped attention computes a step whose padding is under CALL_COST in one call, and
+    the fit prices such a step by its padded keys, not by the spread's s(B): for the zoo's
+    8 × 32 heads the short-spread probes start under the rule, the long-spread ones over it."""
+    width = 8 * 32
+    under, over = set(), set()
+    for probe in get_grid("standard", 2048).probes:
+        low, high = probe.prompt_tokens
+        if probe.width or probe.fork_every or probe.chunk_size or probe.concurrency or low == high:
+            continue
+        keys = [int(p) + 1 for p in probe.workload(0).prompt_tokens[: probe.max_batch_size]]
+        one_call = padding([1] * len(keys), keys) * width < CALL_COST
+        (under if one_call else over).add((high, probe.max_batch_size))
+    assert {batch for high, batch in under if high <= 96} >= {4, 8, 16}
+    assert {batch for high, batch in over if high >= 640} == {4, 8, 16, 32}
