@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels.grouped_attention import CALL_COST, padding
 from real_backend.calibration.grid import GRIDS, get_grid
+from real_backend.zoo.specs import SPECS
 from workbench.errors import WorkbenchError
 from workbench.scheduling.blocks import blocks_for
 
@@ -65,10 +65,15 @@ def test_every_idle_probe_wakes_after_a_spell_of_decoding() -> None:
 
 
 def test_uneven_decodes_are_probed_on_both_sides_of_the_one_call_rule() -> None:
-    """The grouped attention computes a step whose padding is under CALL_COST in one call, and
-    the fit prices such a step by its padded keys, not by the spread's s(B): for the zoo's
-    8 × 32 heads the short-spread probes start under the rule, the long-spread ones over it."""
-    width = 8 * 32
+    """The grouped attention computes a step in one call when its padded query-keys times the
+    model's width (heads × head_dim) are under CALL_COST, and the fit prices such a step by
+    its padded keys, not by the spread's s(B): for the zoo's 256-wide models (8 heads × 32)
+    the short-spread probes start under the rule, the long-spread ones over it."""
+    pytest.importorskip("torch")
+    from kernels.grouped_attention import CALL_COST, padding
+
+    width = SPECS["apar-small"].target.hidden_size
+    assert width == SPECS["small"].target.hidden_size
     under, over = set(), set()
     for probe in get_grid("standard", 2048).probes:
         low, high = probe.prompt_tokens

@@ -34,11 +34,11 @@ def test_an_unknown_run_names_the_database_and_the_field(tmp_path: Path) -> None
     assert str(tmp_path / "r.duckdb") in message and "decoder.calibrate_from" in message
 
 
-def test_a_new_id_of_digits_only_is_drawn_again() -> None:
-    draws = iter(["190660135082", "012345670123", "0123456789ab"])
+def test_a_new_id_begins_with_a_letter_so_every_prefix_reads_back_as_text() -> None:
+    draws = iter(["190660135082", "012345670123", "0b1010101010", "9abcdef01234", "c0ffee012345"])
     fresh = new_id(lambda: next(draws))
-    assert fresh == "0123456789ab"
-    assert isinstance(yaml.safe_load(fresh), str)
+    assert fresh == "c0ffee012345"
+    assert all(isinstance(yaml.safe_load(fresh[:n]), str) for n in range(1, len(fresh) + 1))
 
 
 @pytest.mark.parametrize(

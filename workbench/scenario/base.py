@@ -22,7 +22,9 @@ def _integer_as_its_digits(value: object) -> object:
     return value
 
 
-# A stored run's or profile's id (or name) as a scenario names it. YAML reads an id of digits
-# only (`calibrate_from: 190660135082`, or the same through `--set`) as an integer; its digits
-# are the id. (YAML 1.1 reads digits 0-7 after a leading 0 as octal: quote such an id.)
+# A stored run's or profile's id, prefix or name as a scenario names it. YAML reads one of
+# digits only (`calibrate_from: 190660135082`, or the same through `--set`) as an integer;
+# its digits are the id. A leading 0 (octal `0123`, binary `0b1`) is lost to YAML before this
+# sees it: such an id or prefix, possible only in runs stored before ids began with a letter
+# (`workbench.store.ids`), must be quoted.
 StoredRef = Annotated[str, BeforeValidator(_integer_as_its_digits)]
