@@ -9,11 +9,14 @@ import pytest
 import yaml
 
 from simulator.stored_runs import stored_run
+from workbench.cli import main
 from workbench.errors import WorkbenchError
 from workbench.scenario.loader import load_scenario
 from workbench.scenario.scenario import Scenario
+from workbench.store import ids
 from workbench.store.db import ResultsStore
 from workbench.store.ids import new_id
+from workbench.store.profiles import Profile
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
@@ -62,3 +65,17 @@ def test_an_id_of_digits_only_written_unquoted_is_read_as_its_digits(
 def test_a_boolean_is_no_stored_id() -> None:
     with pytest.raises(WorkbenchError, match=r"decoder\.calibrate_from"):
         load_scenario(SCENARIOS / "apar_sim.yaml", ["decoder.calibrate_from=true"])
+
+
+def test_runs_and_profiles_take_their_ids_from_new_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    draws = iter(["012345670123", "abcdef012345", "0b1010101010", "fedcba543210"])
+    monkeypatch.setattr(ids, "_random_hex", lambda: next(draws))
+    db = tmp_path / "r.duckdb"
+    small = ["--set", "workload.num_requests=20"]
+    assert main(["run", str(SCENARIOS / "quickstart.yaml"), "--db", str(db), *small]) == 0
+    with ResultsStore.open(db, read_only=True) as store:
+        assert [run["run_id"] for run in store.list_runs()] == ["abcdef012345"]
+    profile = Profile("p", "m", "c", {}, "cpu", "cpu", "fp32", 1, "test", 1)
+    assert profile.profile_id == "fedcba543210"
