@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import pytest
 
@@ -100,9 +99,7 @@ def test_card(zoo, card):
 def test_second_build_reuses(zoo):
     root = zoo / "tiny"
     before = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
-    t0 = time.perf_counter()
-    assert build("tiny", cache_dir=zoo) == root
-    assert time.perf_counter() - t0 < 1.0
+    assert build("tiny", cache_dir=zoo) == root  # no file rewritten: nothing was retrained
     assert {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()} == before
 
 
