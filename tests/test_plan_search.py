@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workbench.planning.search import max_rate, min_replicas
@@ -24,6 +24,7 @@ def drive(search: Generator, passes: Callable[[float], bool]) -> tuple[object, l
 
 
 @given(threshold=st.floats(0.05, 5000), start=st.floats(0.1, 1000))
+@settings(deadline=None)  # a stalled machine is no failure of the search
 def test_bisection_brackets_a_planted_threshold(threshold: float, start: float) -> None:
     answer, probes = drive(max_rate(start, 0.02, 0.01), lambda r: r <= threshold)
     assert answer.passing <= threshold < answer.failing
@@ -38,6 +39,7 @@ def test_a_configuration_failing_everywhere_is_infeasible() -> None:
 
 
 @given(needed=st.integers(1, 200))
+@settings(deadline=None)  # a stalled machine is no failure of the search
 def test_galloping_finds_the_fewest_replicas(needed: int) -> None:
     answer, probes = drive(min_replicas(256, lambda: 256), lambda k: k >= needed)
     assert answer.replicas == needed and answer.failing == needed - 1

@@ -77,8 +77,18 @@ def test_both_backends_run_as_a_pair_with_an_error_table(
 
 
 def test_a_twin_at_the_real_runs_speed_is_stored_beside_the_pair(
-    tiny_zoo: Path, tmp_path: Path, capsys
+    tiny_zoo: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from simulator.cost_models import calibrated
+
+    measured: list[float] = []
+    served_price_scale = calibrated.served_price_scale
+
+    def recorded(*args: object) -> float:
+        measured.append(served_price_scale(*args))
+        return measured[-1]
+
+    monkeypatch.setattr(calibrated, "served_price_scale", recorded)
     db = tmp_path / "matched.duckdb"
     out = _calibrate_then_run_both(db, tiny_zoo, capsys, "--speed-matched")
     assert "at the run's speed" in out and "every price ×" in out
@@ -92,7 +102,7 @@ def test_a_twin_at_the_real_runs_speed_is_stored_beside_the_pair(
     matched_cost = json.loads(matched["config_json"])["cost_model"]
     scale = matched_cost.pop("price_scale")
     assert sim_cost.pop("price_scale") == 1.0 and matched_cost == sim_cost
-    assert scale > 0 and scale != 1.0  # measured, so never exactly the calibration's speed
+    assert scale > 0 and {round(m, 4) for m in measured} == {scale}  # the real run's speed
     out_dir = tmp_path / "report"
     assert main(["report", "--db", str(db), "--out", str(out_dir)]) == 0
     report = (out_dir / "report.md").read_text()
