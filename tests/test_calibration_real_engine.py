@@ -67,12 +67,12 @@ def test_calibrate_stores_every_probe_step_and_exports_csv(
     assert profile.info["one_call_padding"] == CALL_COST / (heads * head_dim)
     engine = load_checkpoint(Path(profile.checkpoint), torch.float32, "cpu")  # fused as served
     assert profile.info["linear"] == profile.linear == engine.linear_impl
-    # One client thinking 5 ms between requests: each prompt wakes an idle engine, and its
+    # One client thinking 20 ms between requests: each prompt wakes an idle engine, and its
     # step costs from the arrival; no other probe sleeps between steps.
     woken = [p for p in points if p.idle_before_s > 0]
-    assert {p.probe for p in woken} == {"idle-t5-o32@1"} and len(woken) == 2
-    assert all(0.004 < p.idle_before_s < 0.05 and p.kind == "prefill" for p in woken)
-    idle_decodes = [p for p in points if p.probe == "idle-t5-o32@1" and p.kind == "decode"]
+    assert {p.probe for p in woken} == {"idle-t20-o32@1"} and len(woken) == 2
+    assert all(0.01 < p.idle_before_s < 0.05 and p.kind == "prefill" for p in woken)
+    idle_decodes = [p for p in points if p.probe == "idle-t20-o32@1" and p.kind == "decode"]
     assert len(idle_decodes) == 3 * (IDLE_PROBE_OUTPUT_TOKENS - 1)  # a spell before each wake
     # Verification of width 2: two more tokens per sequence, each seeing its predecessors.
     verify = next(p for p in points if p.kind == "verify")

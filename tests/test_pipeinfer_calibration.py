@@ -98,6 +98,6 @@ def test_a_real_run_is_simulated_from_its_own_log(
         )
         simulated = summarize(simulate(with_model_source(calibrated), store=store))
     real = outcome.summary["output_throughput"]
-    # The issue asks 10 %; a 3-request run on a shared CI machine is noisier (docs/pipeinfer.md
-    # measures 0.0 %, 3.5 % and 2-11 % on the shipped sweep).
-    assert simulated["output_throughput"] == pytest.approx(real, rel=0.2)
+    # The issue asks 10 %. The simulator replays the log's own stage times, so a stall in the
+    # real run is in its calibration too: +0.1 % in each of 12 runs (4 rounds, 3 policies).
+    assert simulated["output_throughput"] == pytest.approx(real, rel=0.1)

@@ -50,17 +50,18 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_and_disturb(
     tmp_path: Path, checkpoint: Path, stages: int, rank: int, sig: signal.Signals, timeout: float
 ) -> tuple[BaseException | None, float, ResultsStore]:
-    """Start the run in a thread; once stage `rank` exists and the run has gone on a
-    little, send it `sig`. Returns what the run raised and how long it took after that."""
+    """Start the run in a thread; once stage `rank` exists and the first request has been
+    served, send it `sig`. Returns what the run raised and how long it took after that."""
     path = tmp_path / "scenario.yaml"
     path.write_text(SCENARIO.format(checkpoint=checkpoint, stages=stages, timeout=timeout))
     scenario = load_scenario(path)
     store = ResultsStore.open(tmp_path / "results.duckdb")
     outcome: list[BaseException | None] = []
+    served = threading.Event()
 
     def run() -> None:
         try:
-            run_scenario(scenario, store, source=str(path))
+            run_scenario(scenario, store, source=str(path), progress=lambda *_: _Signal(served))
             outcome.append(None)
         except BaseException as exc:
             outcome.append(exc)
@@ -68,13 +69,27 @@ def run_and_disturb(
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     stage = _wait_for_stage(rank)
-    time.sleep(1.0)  # the stages loaded; tokens are flowing
+    # Tokens flowing, not a guess of how long loading takes: a request served, three to go.
+    assert served.wait(timeout=120), "no request was served"
     assert thread.is_alive(), "the run ended before the stage was disturbed"
     os.kill(stage.pid, sig)
     disturbed = time.monotonic()
     thread.join(timeout=timeout + 30)
     assert not thread.is_alive(), "the run hung"
     return outcome[0], time.monotonic() - disturbed, store
+
+
+class _Signal:
+    """A progress display that sets `event` as the first request is served."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def update(self, n: int) -> None:
+        self.event.set()
+
+    def close(self) -> None:
+        pass
 
 
 def _wait_for_stage(rank: int) -> multiprocessing.Process:

@@ -158,8 +158,21 @@ def test_the_same_answer_on_ray(tmp_path: Path) -> None:
 
     path = _write(tmp_path, PLANTED)
     inline, _ = _plan(path, tmp_path / "a.duckdb")
-    ray_run, _ = _plan(path, tmp_path / "b.duckdb", executor=RayExecutor(None))
+    executor = RayExecutor(None)
+    try:
+        ray_run, _ = _plan(path, tmp_path / "b.duckdb", executor=executor)
+    finally:
+        executor.close()
     assert ray_run.configurations[0].answer == inline.configurations[0].answer
+    import ray
+
+    assert not ray.is_initialized()  # the local cluster it started is gone
+    ray.init(include_dashboard=False, log_to_driver=False)  # a session of the caller's own
+    try:
+        RayExecutor(None).close()
+        assert ray.is_initialized()  # left as it was found
+    finally:
+        ray.shutdown()
 
 
 def test_an_unmeetable_slo_is_an_infeasible_answer_not_an_error(

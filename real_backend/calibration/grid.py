@@ -209,7 +209,7 @@ def _test() -> Grid:
         Probe("prefill-p128", 3, (128, 128), (2, 2), 1),
         Probe("mixed-b4", 12, (8, 64), (4, 16), 4, 4),
         Probe("verify-w2-b4", 4, (32, 32), (8, 8), 4, width=2),
-        _idle_probe(5, 3),
+        _idle_probe(20, 3),  # 20 ms: a stall of a few ms after a request must not outlast it
         _fork_probe("fork-b2-t2", 2, (24, 24), 2, output=20),
     )
     warmup = Probe("warmup", 2, (8, 16), (4, 4), 2)

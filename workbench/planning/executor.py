@@ -88,7 +88,8 @@ class RayExecutor:
         import ray
 
         self._ray = ray
-        if not ray.is_initialized():
+        self._started = not ray.is_initialized()  # a cluster of our own, ours to stop
+        if self._started:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         self.workers = max(int(ray.cluster_resources().get("CPU", 1)), 1)
         self._task = ray.remote(num_cpus=1)(run_probe)
@@ -105,7 +106,10 @@ class RayExecutor:
         return self._ray.get(handle)
 
     def close(self) -> None:
-        pass  # a cluster outlives the plan; a local one ends with the process
+        """Disconnect from what `ray.init` started here (a local cluster ends with it); a
+        session the caller opened before stays open."""
+        if self._started:
+            self._ray.shutdown()
 
 
 def build_executor(kind: str, workers: int | None, ray_address: str | None) -> Executor:
