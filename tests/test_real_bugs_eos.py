@@ -41,6 +41,7 @@ def zoo_with_eos(tiny_zoo: Path, folder: Path, config_eos, generation_eos="absen
 def output_tokens(zoo: Path, db: Path) -> np.ndarray:
     args = ["--set", f"model.zoo_dir={zoo}", "--set", "workload.ignore_eos=false"]
     args += ["--set", "workload.num_requests=8", "--no-progress"]
+    args += ["--set", "workload.arrival={kind: batch}"]  # batches independent of the wall clock
     assert main(["run", str(SCENARIO), "--db", str(db), *args]) == 0
     with ResultsStore.open(db, read_only=True) as store:
         (run,) = store.list_runs()

@@ -87,7 +87,9 @@ def test_sigkill_mid_write_leaves_whole_run_or_nothing(tmp_path: Path) -> None:
             outcomes.append(big[0])
             if big[0]:
                 assert store.load_records("big").requests.request_id[-1] == BIG[0] - 1
-    assert outcomes[0] == 0, "the kill right after the marker must land mid-transaction"
+    # At least one kill inside the transaction (the first, unless this process stalled for
+    # the write's few hundred ms between reading the marker and sending the signal).
+    assert 0 in outcomes[:4], "no kill landed mid-transaction"
     assert outcomes[-1] == 1, "a committed run must survive the kill"
 
 
