@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -117,10 +118,15 @@ def test_an_apar_model_is_calibrated_with_forks_on_cue(
     """A model with the fork tokens runs the grid's fork probe too: two roots fork together
     on cue, each fork's two rows in the decode forward, priced by the fit's fork terms."""
     cli = ["calibrate", "--model", "apar-tiny", "--zoo-dir", str(apar_tiny_zoo), "--grid",
-           "test", "--db", str(tmp_path / "a.duckdb"), "--no-progress"]  # fmt: skip
+           "test", "--db", str(tmp_path / "a.duckdb"), "--no-progress",
+           "--name", "0755"]  # fmt: skip
     assert main(cli) == 0
     out = capsys.readouterr().out
     assert "measured 9 probes" in out and "APAR forks beyond their rows" in out
+    # The line to paste names the profile as YAML reads it back (an octal number unquoted).
+    usage = next(line for line in out.splitlines() if line.startswith("use it with: "))
+    pasted = yaml.safe_load(usage.removeprefix("use it with: ").split(" (for")[0])
+    assert pasted == {"cost_model": {"kind": "calibrated", "profile": "0755"}}
     with ResultsStore.open(tmp_path / "a.duckdb", read_only=True) as store:
         (profile,) = store.profiles()
         points = store.profile_points(profile.profile_id)

@@ -315,7 +315,7 @@ class Results:
     def _run_ids(store: ResultsStore, run: Any) -> list[str] | None:
         if run is None:
             return None
-        selected = [run] if isinstance(run, str | Run) else list(run)
+        selected = [run] if isinstance(run, str | int | Run) else list(run)  # int: digits
         return [
             store.resolve_run_id(item.run_id if isinstance(item, Run) else str(item))
             for item in selected

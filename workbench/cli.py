@@ -388,6 +388,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     with needs_real_extra("calibration runs the real backend"):
         from real_backend.calibration.measure import calibrate, resolve_target
     from simulator.cost_models.calibrated import CalibratedCostModel, fit_errors, fit_profile
+    from workbench.explain import yaml_flow
 
     with ResultsStore.open(args.db) as store:
         target = resolve_target(args.model, args.device, args.dtype, args.zoo_dir, args.kernels)
@@ -422,9 +423,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             )
         _print_fit_terms(model)
         _print_repeatability(points)
+        name = yaml_flow(profile.name)  # quoted where YAML would read another type
         print(
-            f"use it with: cost_model: {{kind: calibrated, profile: {profile.name}}} (for a "
-            f"speculative draft's model: draft_profile: {profile.name})"
+            f"use it with: cost_model: {{kind: calibrated, profile: {name}}} (for a "
+            f"speculative draft's model: draft_profile: {name})"
         )
         if args.csv:
             print(f"csv: {store.export_profile_csv(profile.profile_id, Path(args.csv))}")

@@ -21,11 +21,11 @@ def explain(model: BaseModel, indent: int = 0) -> list[str]:
             lines.append(f"{pad}{name}:{note}")
             lines += explain(value, indent + 2)
         else:
-            lines.append(f"{pad}{name}: {_flow(data[name])}{note}")
+            lines.append(f"{pad}{name}: {yaml_flow(data[name])}{note}")
     return lines
 
 
-def _flow(value: Any) -> str:
+def yaml_flow(value: Any) -> str:
     """A value as one line of YAML flow style."""
     text = yaml.safe_dump(value, default_flow_style=True, width=10_000, allow_unicode=True)
     return text.removesuffix("\n...\n").strip()
