@@ -107,3 +107,16 @@ def test_bad_inputs_are_clear_errors(tmp_path: Path) -> None:
         wb.run(wb.load_scenario(QUICKSTART, SMALL), backend="gpu", db=wb.open(":memory:"))
     with pytest.raises(WorkbenchError, match="no run with id or prefix"):
         wb.open(":memory:").requests(run="nope")
+
+
+def test_a_digits_only_run_id_is_taken_as_an_int(tmp_path: Path) -> None:
+    from fixtures_records import make_meta
+
+    from workbench.store import ResultsStore
+
+    db = tmp_path / "d.duckdb"
+    with ResultsStore.open(db) as store:  # an id of an older run, drawn before ids began
+        store.write_run(make_meta("190660135082"), synthetic_records(50, 100, 100, seed=2))
+    results = wb.open(db)
+    assert results.requests(run=190660135082).height == 50  # as a notebook might pass it
+    assert results.steps(run=[190660135082])["run_id"].unique().to_list() == ["190660135082"]
