@@ -61,12 +61,18 @@ def test_calibrate_says_what_it_left_out_and_the_price_of_uneven_contexts(
     after = Curve(np.array([32.0, 512.0]), np.array([0.3e-3, 1.2e-3]))
     curves = {"spread_decode": spread, "spread_verify": spread, "after_1": after}
     fit = dataclasses.replace(fit, curves=fit.curves | curves, terms=fit.terms | {"p_pad": 1.5e-7})
-    _print_fit_terms(CalibratedCostModel(dataclasses.replace(fit, one_call_padding=1024.0)))
+    _print_fit_terms(CalibratedCostModel(fit))  # a profile from before the one-call rule
     out = capsys.readouterr().out
     assert f"left out of the fit: {fit.points_dropped} steps" in out and fit.points_dropped
     for curve in ("decode", "verify"):
         assert f"uneven {curve} contexts, by batch (a step's price per unit of 1 − mean / " in out
     assert "longest context): 2 +0.50 ms, 8 +1.50 ms" in out
     assert "padding to a group's longest context: 0.150 µs a padded key" in out
-    assert "a step padding under 1024 query-keys in all runs in one call" in out
     assert "after a prefill, by prompt tokens computed and read: 32 +0.30 ms, 512 +1.20" in out
+    no_spread = {k: v for k, v in fit.curves.items() if not k.startswith("spread_")}
+    ruled = dataclasses.replace(fit, curves=no_spread, one_call_padding=1024.0)
+    _print_fit_terms(CalibratedCostModel(ruled))  # as a profile with the rule fits
+    out = capsys.readouterr().out
+    assert "a step padding under 1024 query-keys (T) in all runs in one call" in out
+    assert "cut into groups: 0.150 µs a query-key of 2·sqrt(Q·T) − T" in out
+    assert "uneven" not in out and "padded key" not in out

@@ -2,18 +2,22 @@
 backend's reference kernel): the scheduler knows the longest context, profiles record it,
 and the calibrated cost model prices decodes by batch × longest where the engine pads, and
 a spread of contexts by a fitted price per batch size where it does not (`spread_share`),
-but where the engine pads every row in one call (`one_call_padding`): its padding as keys."""
+but where the engine pads every row in one call (`one_call_padding`): its padding as keys,
+and past that rule what its groups cost (`grouped_padding`)."""
 
 from __future__ import annotations
 
 import csv
 import dataclasses
 import itertools
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 from calibration_helpers import grid_works, points_of, profile, store_profile, truth
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simulator.cost_models.base import StepWork
 from simulator.cost_models.calibrated import (
@@ -22,7 +26,12 @@ from simulator.cost_models.calibrated import (
     pads_decode_attention,
     step_work,
 )
-from simulator.cost_models.calibrated_fit import Curve, padded_query_keys, spread_share
+from simulator.cost_models.calibrated_fit import (
+    Curve,
+    grouped_padding,
+    padded_query_keys,
+    spread_share,
+)
 from workbench.scheduling.decode_set import DecodeSet
 from workbench.scheduling.sequence import Sequence
 from workbench.store import ResultsStore
@@ -204,16 +213,28 @@ def one_call_truth() -> CalibratedCostModel:
     return CalibratedCostModel(dataclasses.replace(model.fit, one_call_padding=ONE_CALL))
 
 
-def test_a_step_padded_in_one_call_pays_its_padding_as_keys_and_no_spread() -> None:
+def test_a_step_padded_in_one_call_pays_its_padding_as_keys_a_cut_one_its_groups() -> None:
     model = one_call_truth()
     key = model.fit.terms["a_decode"]
     even = StepWork(decode_batch_size=8, decode_context_sum=8 * 40, decode_context_max=40)
     for longest, one_call in ((80, True), (139, True), (140, False), (400, False)):
         uneven = dataclasses.replace(even, decode_context_max=longest)
         padding = 8 * (longest - 40)  # P = B · L − S: 792 keys at 139, 800 at 140
-        spread = model.fit.spread_s("decode", 8) * (1 - 320 / (8 * longest))
+        grouped = 2 * math.sqrt(padding * ONE_CALL) - ONE_CALL  # no s(B): the rule prices it
         extra = model.step_time_s(uneven) - model.step_time_s(even)
-        assert extra == pytest.approx(key * padding if one_call else 5e-8 * padding + spread)
+        assert extra == pytest.approx(key * padding if one_call else 5e-8 * grouped)
+
+
+@given(st.floats(1.0, 1e6), st.floats(1.0, 1e7))
+def test_grouped_padding_is_the_cheapest_cut_of_evenly_spread_contexts(
+    one_call: float, padding: float
+) -> None:
+    """(g − 1) more calls of T each and Q / g padding left: its least over g ≥ 1 (T · Q / T
+    = Q at the threshold, where one call pays Q; nothing below it is cut)."""
+    cuts = np.linspace(1.0, max(1.0, 4 * math.sqrt(padding / one_call)), 20_001)
+    least = ((cuts - 1.0) * one_call + padding / cuts).min()
+    expected = least if padding >= one_call else one_call
+    assert float(grouped_padding(padding, one_call)) == pytest.approx(expected, rel=1e-6)
 
 
 def one_call_works() -> list[StepWork]:
@@ -237,23 +258,13 @@ def test_the_fit_prices_steps_each_side_of_the_one_call_padding_and_finds_the_tr
     fitted = CalibratedCostModel(fit_profile(points_of(works, seconds), one_call_profile()))
     assert fitted.fit.one_call_padding == ONE_CALL
     np.testing.assert_allclose([fitted.step_time_s(w) for w in works], seconds, rtol=1e-6)
-    for batch in (2, 4, 8, 16):
-        assert fitted.fit.spread_s("decode", batch) == pytest.approx(
-            model.fit.spread_s("decode", batch), rel=1e-6
-        )
+    assert fitted.fit.pad_price == pytest.approx(5e-8, rel=1e-6)
+    assert not {"spread_decode", "spread_verify"} & set(fitted.fit.curves)  # no s(B) to fit
     # Fitted as if every step could be cut, the same points price short ones dearer.
     as_before = CalibratedCostModel(fit_profile(points_of(works, seconds), profile()))
     assert as_before.fit.one_call_padding == 0.0
     short = [w for w in works if 0 < _padding(w) < ONE_CALL]
     assert max(as_before.step_time_s(w) / model.step_time_s(w) for w in short) > 1.01
-
-
-def test_a_batch_size_seen_uneven_only_in_one_call_places_no_knot_of_the_spread() -> None:
-    model = one_call_truth()
-    works = [w for w in one_call_works() if w.decode_batch_size < 16 or _padding(w) < ONE_CALL]
-    seconds = [model.step_time_s(w) for w in grid_works() + works]
-    fitted = fit_profile(points_of(grid_works() + works, seconds), one_call_profile())
-    assert list(fitted.curves["spread_decode"].knots) == [1.0, 2.0, 4.0, 8.0]
 
 
 def one_call_profile() -> Profile:
@@ -273,8 +284,9 @@ def _padding(work: StepWork) -> float:
 def test_a_spread_priced_decode_span_equals_its_steps_bit_for_bit(
     context_max: int, one_call: float
 ) -> None:
-    model = spread_truth()
-    model = CalibratedCostModel(dataclasses.replace(model.fit, one_call_padding=one_call))
+    fit = spread_truth().fit
+    terms = fit.terms | {"p_pad": 5e-8}
+    model = CalibratedCostModel(dataclasses.replace(fit, one_call_padding=one_call, terms=terms))
     span = model.decode_span_s(3, 270, 40, context_max)
     for i, value in enumerate(span):
         work = StepWork(

@@ -446,12 +446,13 @@ def _print_fit_terms(model: CalibratedCostModel) -> None:
             prices = ", ".join(f"{k:g} +{1e3 * fit.spread_s(curve, int(k)):.2f} ms" for k in knots)
             print(f"  uneven {curve} contexts, by batch (a step's price per unit of 1 − mean / "
                   f"longest context): {prices}")  # fmt: skip
-    if fit.pad_price:
+    if fit.one_call_padding:
+        print(f"  a step padding under {fit.one_call_padding:g} query-keys (T) in all runs in "
+              "one call: its padding Q priced as keys; a step padding more is cut into groups: "
+              f"{1e6 * fit.pad_price:.3f} µs a query-key of 2·sqrt(Q·T) − T")  # fmt: skip
+    elif fit.pad_price:
         print(f"  padding to a group's longest context: {1e6 * fit.pad_price:.3f} µs a padded "
               "key for each query of a row")  # fmt: skip
-    if fit.one_call_padding:
-        print(f"  a step padding under {fit.one_call_padding:g} query-keys in all runs in one "
-              "call: its padding priced as keys, no spread")  # fmt: skip
     for k in range(1, fit.after_prefill_steps + 1):
         knots = fit.curves[f"after_{k}"].knots
         prices = ", ".join(f"{t:g} +{1e3 * fit.after_prefill_s(int(t), k):.2f} ms" for t in knots)

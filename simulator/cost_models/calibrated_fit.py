@@ -9,8 +9,9 @@ a cost per attention key:
     verify   h_verify(B + X) + a_verify · (S + S_x) + s_verify(B) · G + p_pad · (1 + X / B) · P
     prefill  h_prefill(N) + a_prefill · K + c_chunk · (chunks − 1)
     mixed    the decode (or verify) part + the prefill part + m_mixed
-    (a step padded in one call, P under `one_call_padding`: a · (1 + X / B) · P for both
-      the s and p_pad terms)
+    (with the one-call rule, T = `one_call_padding`, Q = (1 + X / B) · P: a · Q for a step
+      padded in one call, Q < T, and p_pad · (2 · sqrt(Q · T) − T) for one cut into
+      groups, both in place of the s and p_pad terms)
     + f_step + f_fork · F + f_key · S for a step whose decode forward computes F > 0 APAR
       forks' chunks
     + h_wake(I) for a step the engine slept I ms before (0 for a step right after another)
@@ -48,7 +49,12 @@ attention computes a step in one call padded to the longest when that padding, (
 in the profile), and such a step pays for that padding as for keys, a per key, no p_pad nor
 s(B) (served `apar-small` decode steps of 5-16 sequences of ~50-token contexts were priced
 8-19 % over at G > 0.3 by s(B), fitted on contexts of 16-688 tokens; so, −2.2 to +4.5 % by
-band).
+band). Past T the kernel cuts the step where calls cost less than the padding they save:
+g groups of evenly spread contexts pad about Q / g for g − 1 more calls of T each, cheapest
+at g = sqrt(Q / T), so such a step costs about 2 · sqrt(Q · T) − T beyond its keys (T at the
+threshold: continuous), priced p_pad a query-key of it; s(B) goes (served `apar-small` steps
+over T at 9-32 sequences, priced by s(B) · G + p_pad · Q, came out +10.8 and +16.3 % where
+steps of the same runs under T were within 2 %; by this term −4.0 to +5.8 %: docs/fidelity.md).
 The rule is the kernel's exactly where every row has as many queries; a step with an APAR
 fork's two-token chunk (every decode row padded to its two queries) or with uneven drafts
 pads more than (1 + X / B) · P, so the kernel may cut it where this prices it as one call.
@@ -202,14 +208,16 @@ class StepCostFit:
         if self.padded_decode:
             return key_price * padded
         excess = padded - context_sums  # B · L − S, as spread_share and padded_query_keys
-        spread = excess / np.maximum(padded, 1.0)
         queries = 1.0 + extra_tokens / batch_size
-        price = key_price * context_sums + self.pad_price * queries * excess
-        cut = price + self.spread_s(curve, batch_size) * spread
-        if not self.one_call_padding:
-            return cut
+        if not self.one_call_padding:  # a profile from before the rule: priced as then
+            spread = excess / np.maximum(padded, 1.0)
+            price = key_price * context_sums + self.pad_price * queries * excess
+            return price + self.spread_s(curve, batch_size) * spread
         padding = queries * excess  # as padded_query_keys
         one_call = key_price * context_sums + key_price * padding
+        cut = key_price * context_sums + self.pad_price * grouped_padding(
+            padding, self.one_call_padding
+        )
         return np.where(padding < self.one_call_padding, one_call, cut)
 
     @cached_property
@@ -238,6 +246,15 @@ def padded_query_keys(
     1 + X / B queries to the longest context would add (0 for equal contexts)."""
     padding = padded_keys(batch_size, context_sums, context_maxes) - context_sums
     return (1.0 + extra_tokens / batch_size) * padding
+
+
+def grouped_padding(padding: np.ndarray | float, one_call: float) -> np.ndarray:
+    """2 · sqrt(Q · T) − T, elementwise: what a step padding Q ≥ T query-keys costs beyond its
+    keys when the grouped attention cuts it (T = `one_call_padding`, a call's overhead in
+    query-keys). Cut into g groups, evenly spread contexts pad Q / g and pay g − 1 more calls;
+    the cheapest g, sqrt(Q / T), costs this: T (as Q) at the threshold, growing with sqrt(Q)."""
+    padding = np.maximum(np.asarray(padding, dtype=np.float64), one_call)
+    return 2.0 * np.sqrt(padding * one_call) - one_call
 
 
 def spread_share(
@@ -325,11 +342,13 @@ def _spread_knots(works: list[StepWork], one_call_padding: float) -> dict[str, n
     """Knots of s_decode and s_verify over the batch sizes measured with a spread in
     SPREAD_KNOT_STEPS steps or more (steps of a slight one, or at a batch size seen less
     often, price it too but place no knot: a price only they see would be fitted to their
-    noise), from a first knot at one sequence, whose price `_curve_into` holds at 0. Steps
-    padded in one call pay no s(B) and place none."""
+    noise), from a first knot at one sequence, whose price `_curve_into` holds at 0. None
+    where the profile records the one-call rule: its cut steps are priced by their padding."""
+    if one_call_padding:
+        return {}
     batches: dict[str, Counter[int]] = {}
     for work in works:
-        if work.decode_batch_size < 2 or _padding_of(work) < one_call_padding:
+        if work.decode_batch_size < 2:
             continue
         if _spread_of(work) >= SPREAD_KNOT_SHARE:
             name = f"spread_{_decode_curve(work)}"
@@ -497,11 +516,15 @@ def _fill_decode(row: np.ndarray, work: StepWork, columns: _Columns) -> None:
 
 
 def _fill_spread(row: np.ndarray, work: StepWork, columns: _Columns, curve: str) -> None:
-    """p_pad · (1 + X / B) · P + s(B) · G, or for a step padded in one call that padding at
-    the curve's price per key."""
+    """p_pad · (1 + X / B) · P + s(B) · G; with the one-call rule, a step padded in one call
+    pays that padding at the curve's price per key, one cut into groups p_pad per query-key
+    of `grouped_padding`."""
     padding = _padding_of(work)
-    if padding < columns.one_call_padding:
-        row[columns.terms[f"a_{curve}"]] += padding
+    if columns.one_call_padding:
+        if padding < columns.one_call_padding:
+            row[columns.terms[f"a_{curve}"]] += padding
+        else:
+            row[columns.terms["p_pad"]] += float(grouped_padding(padding, columns.one_call_padding))
         return
     row[columns.terms["p_pad"]] += padding
     spread = _spread_of(work)
