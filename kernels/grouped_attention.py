@@ -26,7 +26,8 @@ SLACK = 1.5
 # ~0.25 ms on CPU, about what 2**18 products take there. A trade-off (docs/benchmarks.md):
 # 2**20 keeps mid-size decode batches whole (a batch of 10 cut in two ran 11 % slower than
 # whole) but then the calibrated twin ran 13-25 % short (it priced the context sum then; it
-# now reads this rule from the profile, `KernelSet.one_call_products`: they change together).
+# now reads this rule from the profile, `KernelSet.one_call_products`, and prices the groups
+# past it by the same overhead: they change together).
 CALL_COST = 2**18
 
 
