@@ -1,6 +1,6 @@
 """Decode steps of uneven contexts against equal ones of the same sum: what the calibrated cost
-model's spread term prices (`s_decode(batch)` · (1 − sum / (batch × longest)),
-`calibrated_fit`).
+model's spread terms price (`s_decode(batch)` · (1 − sum / (batch × longest)) and p_pad, or
+with the one-call rule the padding as keys and past it `grouped_padding`; `calibrated_fit`).
 
 Opt-in. Whole decode steps of a checkpoint with the chosen kernels; per batch size, one batch of
 lognormal contexts (median 180, sigma 0.6, at most 1,500: a continuous batch's) and one of
@@ -97,8 +97,10 @@ def profile_models(db: Path, ref: str | None) -> dict[str, CalibratedCostModel]:
     print(f"priced by {profile.describe()}")
     fit = fit_profile(points, profile)
     curves = {name: c for name, c in fit.curves.items() if not name.startswith("spread_")}
-    return {"spread": CalibratedCostModel(fit), "sum": CalibratedCostModel(
-        dataclasses.replace(fit, curves=curves))}  # fmt: skip
+    context_sum = dataclasses.replace(  # no spread curve, padding price nor one-call rule
+        fit, curves=curves, terms=fit.terms | {"p_pad": 0.0}, one_call_padding=0.0
+    )
+    return {"spread": CalibratedCostModel(fit), "sum": CalibratedCostModel(context_sum)}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,10 +10,11 @@ from hypothesis import settings
 
 PROMPTS = Path(__file__).resolve().parent.parent / "data" / "prompts"
 
-# Property tests draw the same examples on every run (seeded from each test's name), so a
-# failure seen once is seen again; `pytest --hypothesis-profile=explore` draws fresh ones.
+# Property tests draw the same examples on every run (seeded from a hash of each test
+# function), so a failure seen once is seen again; `pytest --hypothesis-profile=explore`
+# draws fresh ones (Hypothesis's defaults, whatever profile a CI variable selects).
 settings.register_profile("derandomized", derandomize=True, database=None)
-settings.register_profile("explore")
+settings.register_profile("explore", settings.get_profile("default"))
 settings.load_profile("derandomized")
 
 

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from fixtures_records import synthetic_records
+from fixtures_records import make_meta, synthetic_records
 from legacy_databases import CONFIG, schema_3_database
 
 import workbench as wb
 from workbench.errors import WorkbenchError
+from workbench.store import ResultsStore
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
@@ -110,10 +111,6 @@ def test_bad_inputs_are_clear_errors(tmp_path: Path) -> None:
 
 
 def test_a_digits_only_run_id_is_taken_as_an_int(tmp_path: Path) -> None:
-    from fixtures_records import make_meta
-
-    from workbench.store import ResultsStore
-
     db = tmp_path / "d.duckdb"
     with ResultsStore.open(db) as store:  # an id of an older run, drawn before ids began
         store.write_run(make_meta("190660135082"), synthetic_records(50, 100, 100, seed=2))

@@ -17,8 +17,8 @@ from workbench.store.db import ResultsStore
 pytest.importorskip("torch")
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
-# All at once: the batches, and so fp32's rounding in them, are the same on every machine
-# and run (wall-clock Poisson arrivals would batch differently from run to run).
+# All at once: the batches, and so fp32's rounding in them, are the same on every run
+# (wall-clock Poisson arrivals would batch differently from run to run).
 SMALL = [
     "workload.num_requests=4", "workload.output_tokens={kind: fixed, value: 20}",
     "workload.arrival={kind: batch}",

@@ -51,10 +51,11 @@ s(B) (served `apar-small` decode steps of 5-16 sequences of ~50-token contexts w
 8-19 % over at G > 0.3 by s(B), fitted on contexts of 16-688 tokens; so, −2.2 to +4.5 % by
 band). Past T the kernel cuts the step where calls cost less than the padding they save:
 g groups of evenly spread contexts pad about Q / g for g − 1 more calls of T each, cheapest
-at g = sqrt(Q / T), so such a step costs about 2 · sqrt(Q · T) − T beyond its keys (T at the
-threshold: continuous), priced p_pad a query-key of it; s(B) goes (served `apar-small` steps
-over T at 9-32 sequences, priced by s(B) · G + p_pad · Q, came out +10.8 and +16.3 % where
-steps of the same runs under T were within 2 %; by this term −4.0 to +5.8 %: docs/fidelity.md).
+at g = sqrt(Q / T), so such a step costs about 2 · sqrt(Q · T) − T query-keys beyond its keys
+(T at the threshold, as one call's padding: the count is continuous, its price steps from a
+to p_pad), priced p_pad a query-key of it; s(B) goes (served `apar-small` steps over T at
+9-32 sequences, priced by s(B) · G + p_pad · Q, came out 10-12 points above the same runs'
+steps of 2-8 sequences; by this term 4-7: docs/fidelity.md, "Past the one-call rule").
 The rule is the kernel's exactly where every row has as many queries; a step with an APAR
 fork's two-token chunk (every decode row padded to its two queries) or with uneven drafts
 pads more than (1 + X / B) · P, so the kernel may cut it where this prices it as one call.
@@ -252,7 +253,8 @@ def grouped_padding(padding: np.ndarray | float, one_call: float) -> np.ndarray:
     """2 · sqrt(Q · T) − T, elementwise: what a step padding Q ≥ T query-keys costs beyond its
     keys when the grouped attention cuts it (T = `one_call_padding`, a call's overhead in
     query-keys). Cut into g groups, evenly spread contexts pad Q / g and pay g − 1 more calls;
-    the cheapest g, sqrt(Q / T), costs this: T (as Q) at the threshold, growing with sqrt(Q)."""
+    the cheapest g, sqrt(Q / T), costs this: T at the threshold (the one call's padding there),
+    growing with sqrt(Q)."""
     padding = np.maximum(np.asarray(padding, dtype=np.float64), one_call)
     return 2.0 * np.sqrt(padding * one_call) - one_call
 

@@ -88,7 +88,7 @@ class RayExecutor:
         import ray
 
         self._ray = ray
-        self._started = not ray.is_initialized()  # a cluster of our own, ours to stop
+        self._started = not ray.is_initialized()  # ours to shut down (or disconnect from)
         if self._started:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         self.workers = max(int(ray.cluster_resources().get("CPU", 1)), 1)
