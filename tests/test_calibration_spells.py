@@ -74,5 +74,5 @@ def test_calibrate_says_what_it_left_out_and_the_price_of_uneven_contexts(
     _print_fit_terms(CalibratedCostModel(ruled))  # as a profile with the rule fits
     out = capsys.readouterr().out
     assert "a step padding under 1024 query-keys (T) in all runs in one call" in out
-    assert "cut into groups: 0.150 µs a query-key of 2·sqrt(Q·T) − T" in out
+    assert "cut into groups: T as keys, then 0.150 µs a query-key of 2·sqrt(Q·T) − 2T" in out
     assert "uneven" not in out and "padded key" not in out

@@ -221,8 +221,12 @@ def test_a_step_padded_in_one_call_pays_its_padding_as_keys_a_cut_one_its_groups
         uneven = dataclasses.replace(even, decode_context_max=longest)
         padding = 8 * (longest - 40)  # P = B · L − S: 792 keys at 139, 800 at 140
         grouped = 2 * math.sqrt(padding * ONE_CALL) - ONE_CALL  # no s(B): the rule prices it
+        cut = key * ONE_CALL + 5e-8 * (grouped - ONE_CALL)  # T as keys, the groups' growth
         extra = model.step_time_s(uneven) - model.step_time_s(even)
-        assert extra == pytest.approx(key * padding if one_call else 5e-8 * grouped)
+        assert extra == pytest.approx(key * padding if one_call else cut)
+    # Continuous at the threshold: one more padded key a row, eight keys' price more.
+    below, at = (dataclasses.replace(even, decode_context_max=n) for n in (139, 140))
+    assert model.step_time_s(at) - model.step_time_s(below) == pytest.approx(key * 8)
 
 
 @given(st.floats(1.0, 1e6), st.floats(1.0, 1e7))

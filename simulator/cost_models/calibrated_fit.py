@@ -10,8 +10,8 @@ a cost per attention key:
     prefill  h_prefill(N) + a_prefill · K + c_chunk · (chunks − 1)
     mixed    the decode (or verify) part + the prefill part + m_mixed
     (with the one-call rule, T = `one_call_padding`, Q = (1 + X / B) · P: a · Q for a step
-      padded in one call, Q < T, and p_pad · (2 · sqrt(Q · T) − T) for one cut into
-      groups, both in place of the s and p_pad terms)
+      padded in one call, Q < T, and a · T + p_pad · (2 · sqrt(Q · T) − 2T) for one cut
+      into groups, both in place of the s and p_pad terms)
     + f_step + f_fork · F + f_key · S for a step whose decode forward computes F > 0 APAR
       forks' chunks
     + h_wake(I) for a step the engine slept I ms before (0 for a step right after another)
@@ -51,11 +51,13 @@ s(B) (served `apar-small` decode steps of 5-16 sequences of ~50-token contexts w
 8-19 % over at G > 0.3 by s(B), fitted on contexts of 16-688 tokens; so, −2.2 to +4.5 % by
 band). Past T the kernel cuts the step where calls cost less than the padding they save:
 g groups of evenly spread contexts pad about Q / g for g − 1 more calls of T each, cheapest
-at g = sqrt(Q / T), so such a step costs about 2 · sqrt(Q · T) − T query-keys beyond its keys
-(T at the threshold, as one call's padding: the count is continuous, its price steps from a
-to p_pad), priced p_pad a query-key of it; s(B) goes (served `apar-small` steps over T at
-9-32 sequences, priced by s(B) · G + p_pad · Q, came out 10-12 points above the same runs'
-steps of 2-8 sequences; by this term 4-7: docs/fidelity.md, "Past the one-call rule").
+at g = sqrt(Q / T), so such a step costs about 2 · sqrt(Q · T) − T query-keys beyond its keys,
+T at the threshold (one call's padding there). Its first T are priced a, as one call's, so
+the price is continuous at T, and what the groups add past it p_pad a query-key (the kernel's
+grouping costs more than its products: p_pad came out about twice a); s(B) goes (served
+`apar-small` steps over T at 9-32 sequences, priced by s(B) · G + p_pad · Q, came out 10-12
+points above the same runs' steps of 2-8 sequences; by this term 2-5: docs/fidelity.md,
+"Past the one-call rule").
 The rule is the kernel's exactly where every row has as many queries; a step with an APAR
 fork's two-token chunk (every decode row padded to its two queries) or with uneven drafts
 pads more than (1 + X / B) · P, so the kernel may cut it where this prices it as one call.
@@ -216,10 +218,10 @@ class StepCostFit:
             return price + self.spread_s(curve, batch_size) * spread
         padding = queries * excess  # as padded_query_keys
         one_call = key_price * context_sums + key_price * padding
-        cut = key_price * context_sums + self.pad_price * grouped_padding(
-            padding, self.one_call_padding
-        )
-        return np.where(padding < self.one_call_padding, one_call, cut)
+        threshold = self.one_call_padding  # T: at the key price, cut or not (continuous)
+        growth = grouped_padding(padding, threshold) - threshold  # the groups' cost past T
+        cut = key_price * (context_sums + threshold) + self.pad_price * growth
+        return np.where(padding < threshold, one_call, cut)
 
     @cached_property
     def pad_price(self) -> float:
@@ -254,7 +256,7 @@ def grouped_padding(padding: np.ndarray | float, one_call: float) -> np.ndarray:
     keys when the grouped attention cuts it (T = `one_call_padding`, a call's overhead in
     query-keys). Cut into g groups, evenly spread contexts pad Q / g and pay g − 1 more calls;
     the cheapest g, sqrt(Q / T), costs this: T at the threshold (the one call's padding there),
-    growing with sqrt(Q)."""
+    growing with sqrt(Q). The price takes T of it at the key price, the rest at p_pad."""
     padding = np.maximum(np.asarray(padding, dtype=np.float64), one_call)
     return 2.0 * np.sqrt(padding * one_call) - one_call
 
@@ -519,14 +521,13 @@ def _fill_decode(row: np.ndarray, work: StepWork, columns: _Columns) -> None:
 
 def _fill_spread(row: np.ndarray, work: StepWork, columns: _Columns, curve: str) -> None:
     """p_pad · (1 + X / B) · P + s(B) · G; with the one-call rule, a step padded in one call
-    pays that padding at the curve's price per key, one cut into groups p_pad per query-key
-    of `grouped_padding`."""
-    padding = _padding_of(work)
-    if columns.one_call_padding:
-        if padding < columns.one_call_padding:
-            row[columns.terms[f"a_{curve}"]] += padding
-        else:
-            row[columns.terms["p_pad"]] += float(grouped_padding(padding, columns.one_call_padding))
+    pays that padding at the curve's price per key, one cut into groups T at that price and
+    p_pad per query-key of what `grouped_padding` adds past T."""
+    padding, threshold = _padding_of(work), columns.one_call_padding
+    if threshold:
+        row[columns.terms[f"a_{curve}"]] += min(padding, threshold)
+        if padding >= threshold:
+            row[columns.terms["p_pad"]] += float(grouped_padding(padding, threshold)) - threshold
         return
     row[columns.terms["p_pad"]] += padding
     spread = _spread_of(work)
