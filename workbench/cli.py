@@ -449,7 +449,8 @@ def _print_fit_terms(model: CalibratedCostModel) -> None:
     if fit.one_call_padding:
         print(f"  a step padding under {fit.one_call_padding:g} query-keys (T) in all runs in "
               "one call: its padding Q priced as keys; a step padding more is cut into groups: "
-              f"T as keys, then {1e6 * fit.pad_price:.3f} µs a query-key of 2·sqrt(Q·T) − 2T")  # fmt: skip
+              f"T as keys, then {1e6 * fit.pad_price:.3f} µs a query-key "
+              "of 2·sqrt(Q·T) − 2T")  # fmt: skip
     elif fit.pad_price:
         print(f"  padding to a group's longest context: {1e6 * fit.pad_price:.3f} µs a padded "
               "key for each query of a row")  # fmt: skip
