@@ -347,7 +347,7 @@ def _spread_knots(works: list[StepWork], one_call_padding: float) -> dict[str, n
     SPREAD_KNOT_STEPS steps or more (steps of a slight one, or at a batch size seen less
     often, price it too but place no knot: a price only they see would be fitted to their
     noise), from a first knot at one sequence, whose price `_curve_into` holds at 0. None
-    where the profile records the one-call rule: its cut steps are priced by their padding."""
+    where the profile records the one-call rule: its cut steps are priced by their groups."""
     if one_call_padding:
         return {}
     batches: dict[str, Counter[int]] = {}
