@@ -227,6 +227,15 @@ def test_a_step_padded_in_one_call_pays_its_padding_as_keys_a_cut_one_its_groups
     # Continuous at the threshold: one more padded key a row, eight keys' price more.
     below, at = (dataclasses.replace(even, decode_context_max=n) for n in (139, 140))
     assert model.step_time_s(at) - model.step_time_s(below) == pytest.approx(key * 8)
+    # A verification of one extra token a row pads both queries: Q = 2 · P, at its own a.
+    drafts = {"decode_extra_tokens": 8, "decode_extra_context_sum": 8 * 41}
+    even_verify = dataclasses.replace(even, **drafts)
+    uneven_verify = dataclasses.replace(even_verify, decode_context_max=100)
+    padding = 2 * 8 * (100 - 40)  # 960 ≥ ONE_CALL: cut
+    grouped = 2 * math.sqrt(padding * ONE_CALL) - ONE_CALL
+    cut = model.fit.terms["a_verify"] * ONE_CALL + 5e-8 * (grouped - ONE_CALL)
+    extra = model.step_time_s(uneven_verify) - model.step_time_s(even_verify)
+    assert extra == pytest.approx(cut)
 
 
 @given(st.floats(1.0, 1e6), st.floats(1.0, 1e7))

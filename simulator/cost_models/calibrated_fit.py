@@ -54,7 +54,7 @@ g groups of evenly spread contexts pad about Q / g for g − 1 more calls of T e
 at g = sqrt(Q / T), so such a step costs about 2 · sqrt(Q · T) − T query-keys beyond its keys,
 T at the threshold (one call's padding there). Its first T are priced a, as one call's, so
 the price is continuous at T, and what the groups add past it p_pad a query-key (the kernel's
-grouping costs more than its products: p_pad came out about twice a); s(B) goes (served
+grouping costs more than its products: p_pad came out 2.2-2.5 times a_decode); s(B) goes (served
 `apar-small` steps over T at 9-32 sequences, priced by s(B) · G + p_pad · Q, came out 10-12
 points above the same runs' steps of 2-8 sequences; by this term 2-5: docs/fidelity.md,
 "Past the one-call rule").
