@@ -314,8 +314,8 @@ class _Columns:
         """`attention`: (padded_decode, one_call_padding), as `fit_step_costs` takes them."""
         padded_decode, one_call_padding = attention
         knots = {name: _knots(_curve_tokens(works, name)) for name in _curves_needed(kinds)}
-        if not padded_decode:
-            knots |= _spread_knots(works, one_call_padding)
+        if not padded_decode and not one_call_padding:  # the rule prices cut steps itself
+            knots |= _spread_knots(works)
         if (idle_ms > 0).any():
             knots["wake"] = _knots(list(idle_ms[idle_ms > 0]))
         for k in range(1, AFTER_PREFILL_STEPS + 1):
@@ -342,14 +342,12 @@ def _curves_needed(kinds: set[str]) -> list[str]:
     return curves
 
 
-def _spread_knots(works: list[StepWork], one_call_padding: float) -> dict[str, np.ndarray]:
+def _spread_knots(works: list[StepWork]) -> dict[str, np.ndarray]:
     """Knots of s_decode and s_verify over the batch sizes measured with a spread in
     SPREAD_KNOT_STEPS steps or more (steps of a slight one, or at a batch size seen less
     often, price it too but place no knot: a price only they see would be fitted to their
-    noise), from a first knot at one sequence, whose price `_curve_into` holds at 0. None
-    where the profile records the one-call rule: its cut steps are priced by their groups."""
-    if one_call_padding:
-        return {}
+    noise), from a first knot at one sequence, whose price `_curve_into` holds at 0. Only for
+    a profile without the one-call rule: with it, cut steps are priced by their groups."""
     batches: dict[str, Counter[int]] = {}
     for work in works:
         if work.decode_batch_size < 2:
