@@ -144,6 +144,21 @@ def test_training_deterministic():
     assert T.lr_at(spec.steps, spec) == pytest.approx(spec.lr * spec.min_lr_ratio)
 
 
+def test_new_model_leaves_the_global_generator_alone():
+    """Weights from the seed alone, as when it seeded the global generator (the zoo's cached
+    builds stay valid), and the caller's next global draw is what it would have been."""
+    config = T.make_config(ModelShape(16, 32, 1, 2, 1), 64, 64)
+    torch.manual_seed(123)
+    expected_draw = torch.rand(3)
+    torch.manual_seed(123)
+    model = T.new_model(config, seed=7)
+    assert torch.equal(torch.rand(3), expected_draw)
+    torch.manual_seed(7)
+    seeded_globally = T.LlamaForCausalLM(config).float()
+    for name, tensor in seeded_globally.state_dict().items():
+        assert torch.equal(tensor, model.state_dict()[name]), name
+
+
 def test_unbuilt_model_names_the_command(tmp_path):
     with pytest.raises(WorkbenchError, match="workbench zoo build small"):
         resolve_zoo_model("small", cache_dir=tmp_path)

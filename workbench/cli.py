@@ -1,4 +1,6 @@
-"""The `workbench` command: run, validate, show, runs, summary, report, export, calibrate."""
+"""The `workbench` command: run scenarios on the simulator or the real engine, store, show,
+report and export their results, build the model zoo, fit cost models, calibrate the real
+engine and plan capacity."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Plain-PyTorch training and evaluation of Llama-shaped target/draft models.
 
 Deterministic for a given spec, corpus and thread count: every random draw comes from the
-spec's seed (weights via ``torch.manual_seed``, batch order via an own ``torch.Generator``).
+spec's seed (weights via ``torch.manual_seed`` in a fork of the global generator, batch order via an own ``torch.Generator``).
 """
 
 from __future__ import annotations
@@ -75,8 +75,11 @@ def make_config(shape: ModelShape, vocab_size: int, max_positions: int) -> Llama
 
 
 def new_model(config: LlamaConfig, seed: int) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(config).float()
+    """A model initialised from `seed` alone. `transformers` draws initial weights from torch's
+    global generator, so it is seeded inside a fork of it: the caller's draws stay its own."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config).float()
 
 
 def n_params(model: torch.nn.Module) -> int:
