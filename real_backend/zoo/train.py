@@ -1,7 +1,8 @@
 """Plain-PyTorch training and evaluation of Llama-shaped target/draft models.
 
 Deterministic for a given spec, corpus and thread count: every random draw comes from the
-spec's seed (weights via ``torch.manual_seed`` in a fork of the global generator, batch order via an own ``torch.Generator``).
+spec's seed (weights via ``torch.manual_seed`` in a fork of the global generator, batch order
+via an own ``torch.Generator``).
 """
 
 from __future__ import annotations
