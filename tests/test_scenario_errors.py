@@ -391,3 +391,29 @@ def test_a_missing_real_extra_package_is_one_line_and_anything_else_propagates()
     # a missing core module is a bug, not a machine's install: it propagates
     with pytest.raises(ModuleNotFoundError), needs_real_extra(what):
         raise ModuleNotFoundError("No module named 'duckdb'", name="duckdb")
+
+
+@pytest.mark.parametrize(
+    ("command", "what"),
+    [
+        (["predictor", "train", "--model-zoo", "tiny"], "training a length predictor"),
+        (["calibrate", "--model", "tiny"], "calibration runs the real backend"),
+    ],
+)
+def test_a_command_of_the_real_extra_without_torch(
+    tmp_path: Path, command: list[str], what: str
+) -> None:
+    """A machine without torch (blocked in a fresh interpreter) gets the one-line error."""
+    blocked = "import sys; sys.modules['torch'] = None; from workbench.cli import main; "
+    done = subprocess.run(
+        [sys.executable, "-c", blocked + "sys.exit(main(sys.argv[1:]))", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"error: {what}")
+    assert "torch is missing" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

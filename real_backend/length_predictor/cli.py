@@ -51,15 +51,16 @@ def add_predictor_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def predictor_command(args: argparse.Namespace) -> int:
-    from workbench.errors import WorkbenchError
+    from workbench.errors import WorkbenchError, needs_real_extra
 
     if args.max_new < 1 or args.temperature < 0 or not 0 < args.heldout < 1 or args.threads < 1:
         raise WorkbenchError(
             "needs --max-new >= 1, --temperature >= 0, 0 < --heldout < 1, --threads >= 1"
         )
-    import torch
+    with needs_real_extra("training a length predictor runs the model"):
+        import torch
 
-    from real_backend.length_predictor.train import train_predictor
+        from real_backend.length_predictor.train import train_predictor
 
     options = _options(args)
     threads = torch.get_num_threads()
