@@ -87,7 +87,7 @@ def prepare(
     scenario: Scenario, workload: Workload | None = None, store: ResultsStore | None = None
 ) -> Prepared:
     """Resolve, size and check the scenario: every refusal a run would give, none of the
-    work. `workbench validate` calls this alone."""
+    work (`check_scenario` calls this alone)."""
     model = resolve_model(scenario.model)
     check_tensor_parallel(model, scenario.hardware.tensor_parallel)
     engines = check_pipeline(scenario, model)
@@ -121,6 +121,17 @@ def prepare(
     return Prepared(
         workload, num_blocks, engines, slots, cost_model, steppers, decoder_info, apar, swap
     )
+
+
+def check_scenario(scenario: Scenario, store: ResultsStore | None = None) -> None:
+    """Every refusal a simulated run of the scenario would give, none of its work (`workbench
+    validate`, a sweep's preflight): the batch-1 pipeline decoders have checks of their own."""
+    if scenario.decoder.kind in PIPELINE_DECODER_KINDS:
+        from simulator.pipeinfer.serve import prepare_pipeline
+
+        prepare_pipeline(scenario, workload_for(scenario), store)
+        return
+    prepare(scenario, store=store)
 
 
 def check_pipeline(scenario: Scenario, model: ModelSpec) -> int:

@@ -417,3 +417,20 @@ def test_a_command_of_the_real_extra_without_torch(
     assert done.stderr.startswith(f"error: {what}")
     assert "torch is missing" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ("scheduler.max_batch_size=4", "scheduler.max_batch_size"),
+        ("workload.arrival.concurrency=3", "workload.arrival"),
+    ],
+)
+def test_validate_refuses_what_a_pipeline_run_would(
+    capsys: pytest.CaptureFixture[str], change: str, field: str
+) -> None:
+    """The batch-1 pipeline decoders' own checks run in `validate`, not only in `run`."""
+    path = str(Path(__file__).resolve().parent.parent / "scenarios" / "pipeinfer_sim.yaml")
+    assert main(["validate", path]) == 0
+    capsys.readouterr()
+    fails(capsys, ["validate", path, "--set", change], path, field, "one request at a time")

@@ -113,9 +113,9 @@ def preflight(points: list[SweepPoint], *, source: str, store: ResultsStore | No
 def _preflight_point(scenario: Scenario, store: ResultsStore | None) -> None:
     scenario = with_model_source(scenario)
     if scenario.backend == "sim":
-        from simulator.run import prepare
+        from simulator.run import check_scenario
 
-        prepare(scenario, store=store)
+        check_scenario(scenario, store)
         return
     from workbench.workload.generate import workload_for
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from simulator.decoders.acceptance import AcceptanceDistribution
 from simulator.pipeinfer.build import pipeline_acceptance, pipeline_policy, pipeline_timing
 from simulator.pipeinfer.calibration import calibrate_pipeline
-from simulator.pipeinfer.engine import PipelineSimulation
+from simulator.pipeinfer.engine import PipelineSimulation, Policy
+from simulator.pipeinfer.timing import PipelineTiming
 from workbench.errors import WorkbenchError
 from workbench.records import RunRecords
 from workbench.scenario.decoders import PipeInferDecoderConfig, PipelineDecoderConfig
@@ -18,12 +20,25 @@ from workbench.store.db import ResultsStore
 from workbench.workload.requests import Workload
 
 
-def simulate_pipeline(
+@dataclasses.dataclass(frozen=True)
+class PreparedPipeline:
+    """What a pipeline simulation needs, every check passed."""
+
+    timing: PipelineTiming
+    policy: Policy
+    acceptance: AcceptanceDistribution | None
+    info: dict[str, str]
+
+
+def prepare_pipeline(
     scenario: Scenario, workload: Workload, store: ResultsStore | None
-) -> RunRecords:
+) -> PreparedPipeline:
+    """Resolve and check a pipeline scenario: every refusal its run would give, none of the
+    work (`workbench validate` calls this alone for these decoders)."""
     decoder = scenario.decoder
     assert isinstance(decoder, PipelineDecoderConfig | PipeInferDecoderConfig)
     _check(scenario)
+    _one_at_a_time(workload)
     timing, policy = pipeline_timing(scenario, decoder), pipeline_policy(decoder)
     acceptance = pipeline_acceptance(decoder)
     info = {"pipeline_parallel": str(scenario.hardware.pipeline_parallel)}
@@ -38,10 +53,17 @@ def simulate_pipeline(
             empty_draft_share=calibration.empty_draft_share,
         )
         info["calibrated_from"] = calibration.run_id
+    return PreparedPipeline(timing, policy, acceptance, info)
+
+
+def simulate_pipeline(
+    scenario: Scenario, workload: Workload, store: ResultsStore | None
+) -> RunRecords:
+    ready = prepare_pipeline(scenario, workload, store)
     rng = component_rng(scenario.draw_seed(), "decoder.pipeline")
-    _one_at_a_time(workload)
-    records = PipelineSimulation(timing, policy, acceptance, rng).serve(workload)
-    records.info.update(info)
+    simulation = PipelineSimulation(ready.timing, ready.policy, ready.acceptance, rng)
+    records = simulation.serve(workload)
+    records.info.update(ready.info)
     return records
 
 
