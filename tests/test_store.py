@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -93,6 +94,34 @@ def test_parquet_export(tmp_path: Path, records: RunRecords) -> None:
     rows = con.execute(f"SELECT run_id, count(*) FROM '{out}' GROUP BY run_id").fetchall()
     assert rows == [("two", len(records.requests.request_id))]
     assert con.execute(f"SELECT count(*) FROM '{everything}'").fetchall()[0][0] == 2
+
+
+def test_parquet_export_to_a_folder_or_nowhere(tmp_path: Path, records: RunRecords) -> None:
+    with ResultsStore.open(":memory:") as store:
+        store.write_run(make_meta("one"), records)
+        with pytest.raises(WorkbenchError, match="a folder, not a file") as caught:
+            store.export_parquet("requests", tmp_path)
+        assert caught.value.one_line().startswith(str(tmp_path))
+        with pytest.raises(WorkbenchError, match="folder does not exist"):
+            store.export_parquet("requests", tmp_path / "no" / "x.parquet")
+
+
+def test_ctrl_c_during_the_write_comes_after_it(
+    tmp_path: Path, records: RunRecords, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C while a run is written is raised once the run is stored whole."""
+    insert = ResultsStore._insert_records
+
+    def interrupted(self: ResultsStore, table: str, columns: object, run_id: str) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # the handler runs at once, inside the write
+        insert(self, table, columns, run_id)
+
+    monkeypatch.setattr(ResultsStore, "_insert_records", interrupted)
+    with ResultsStore.open(tmp_path / "r.duckdb") as store:
+        with pytest.raises(KeyboardInterrupt):
+            store.write_run(make_meta("run-a"), records)
+        _assert_records_equal(records, store.load_records("run-a"))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_read_only_store_reads_and_refuses_writes(tmp_path: Path, records: RunRecords) -> None:

@@ -6,6 +6,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
+# Seeds are stored in a BIGINT column (`runs.seed`); a larger one could not be written.
+MAX_SEED = 2**63 - 1
+
 
 class StrictModel(BaseModel):
     """A config section: unknown keys are errors, every field carries a description, and no

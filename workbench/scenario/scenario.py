@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from workbench.scenario.base import StrictModel
+from workbench.scenario.base import MAX_SEED, StrictModel
 from workbench.scenario.plan import PlanConfig
 from workbench.scenario.system import (
     ClusterConfig,
@@ -36,7 +36,12 @@ class SweepConfig(StrictModel):
 
 class Scenario(StrictModel):
     name: str = Field(description="A short name for this scenario, used in reports.")
-    seed: int = Field(default=0, ge=0, description="Root seed: fixes the request stream.")
+    seed: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_SEED,
+        description="Root seed: fixes the request stream (stored as a 64-bit integer).",
+    )
     workload: WorkloadConfig = Field(description="The request stream.")
     model: ModelConfig = Field(description="The served model.")
     hardware: ClusterConfig = Field(description="GPU kind, replicas and tensor parallelism.")

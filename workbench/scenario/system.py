@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from workbench.scenario.admission import AdmissionConfig, FcfsAdmission
-from workbench.scenario.base import StoredRef, StrictModel
+from workbench.scenario.base import MAX_SEED, StoredRef, StrictModel
 from workbench.scenario.decoders import DecoderConfig as DecoderConfig
 from workbench.scenario.decoders import VanillaDecoderConfig as VanillaDecoderConfig
 from workbench.scenario.kv_cache import KVCacheConfig as KVCacheConfig
@@ -304,6 +304,7 @@ class SimulatorConfig(StrictModel):
     draw_seed: int | None = Field(
         default=None,
         ge=0,
+        le=MAX_SEED,
         description="Seed of the simulator's own draws (a multi-token decoder's accepted "
         "tokens and candidates, APAR's parametric trees, PipeInfer's acceptance); none: the "
         "scenario's seed. Another value draws them again over the same request stream: the "

@@ -31,6 +31,7 @@ from workbench.records import (
     StepRecords,
 )
 from workbench.store import profiles as profile_sql
+from workbench.store.interrupts import interrupts_held
 from workbench.store.profiles import Profile, ProfilePoint
 from workbench.store.schema import (
     BRANCH_COLUMNS,
@@ -125,11 +126,23 @@ class ResultsStore:
 
         summary: `workbench.metrics.summarize` of these records under the run's SLOs at the
         default percentiles, when the caller has it already; computed here otherwise.
-        label: the user's name for the run (`workbench run --label`)."""
+        label: the user's name for the run (`workbench run --label`). A Ctrl-C during the
+        write is raised when it has ended (`interrupts_held`): the run is stored whole or not."""
         if self._con.execute("SELECT 1 FROM runs WHERE run_id = ?", [meta.run_id]).fetchall():
             raise WorkbenchError(
                 f"run {meta.run_id!r} is already in the database", source=self.path
             )
+        with interrupts_held():
+            self._write_records(meta, records, summary, label)
+        return meta.run_id
+
+    def _write_records(
+        self,
+        meta: RunMeta,
+        records: RunRecords,
+        summary: dict[str, SummaryValue] | None,
+        label: str | None,
+    ) -> None:
         self._con.execute("BEGIN TRANSACTION")
         try:
             if summary is None:  # bad records fail here: rolled back, reported as below
@@ -151,7 +164,6 @@ class ResultsStore:
                     source=self.path,
                 ) from error
             raise
-        return meta.run_id
 
     def _rollback(self) -> None:
         # The transaction may never have started, or DuckDB may have ended it already.
@@ -373,14 +385,23 @@ class ResultsStore:
         if table not in EXPORTABLE:
             raise WorkbenchError(f"unknown table {table!r}; expected one of {EXPORTABLE}")
         out = Path(out_path)
+        if out.is_dir():
+            raise WorkbenchError(
+                "a folder, not a file: expected a Parquet file's path", source=str(out)
+            )
         if not out.parent.is_dir():
             raise WorkbenchError("folder does not exist", source=str(out.parent))
         where = ""
         if run_id is not None:
             where = f" WHERE run_id = {_sql_literal(self.resolve_run_id(run_id))}"
-        self._con.execute(
-            f"COPY (SELECT * FROM {table}{where}) TO {_sql_literal(str(out))} (FORMAT parquet)"
-        )
+        sql = f"COPY (SELECT * FROM {table}{where}) TO {_sql_literal(str(out))} (FORMAT parquet)"
+        try:
+            self._con.execute(sql)
+        except duckdb.IOException as error:  # a read-only folder, a special file
+            first = str(error).splitlines()[0]
+            raise WorkbenchError(
+                f"could not write the Parquet file: {first}", source=str(out)
+            ) from None
         return out
 
     # ------------------------------------------------------------ calibration profiles
