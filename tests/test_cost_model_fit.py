@@ -268,3 +268,52 @@ def test_the_profile_model_prices_verification_widths_from_its_token_curve() -> 
     )  # fmt: skip
     gain = cost.step_time_s(window) - cost.step_time_s(one)
     assert gain > curve_gain > 0.1 * cost.step_time_s(one)  # plus 120 more decode queries
+
+
+def _bad_copy(tmp_path: Path, edit: str) -> Path:
+    """LLAMA2_7B_A100's header and first rows, `edit` applied to its first data row."""
+    lines = LLAMA2_7B_A100.read_text().splitlines()[:4]
+    header = lines[0].split(",")
+    row = lines[1].split(",")
+    if edit == "header only":
+        lines = lines[:1]
+    else:
+        column, value = edit.split("=")
+        row[header.index(column)] = value
+        lines[1] = ",".join(row)
+    path = tmp_path / "mlp.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        ("time_stats.mlp_up_proj.median=abc", "data row 1: expected a finite number >= 0"),
+        ("time_stats.mlp_up_proj.median=-0.2", "got '-0.2'"),
+        ("time_stats.mlp_up_proj.median=nan", "got 'nan'"),
+        ("num_tensor_parallel_workers=two", "malformed value"),
+        ("header only", "no profiled rows"),
+    ],
+)
+def test_a_malformed_profile_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: str, expected: str
+) -> None:
+    path = _bad_copy(tmp_path, edit)
+    out = tmp_path / "fit.json"
+    code = main(["fit-cost-model", "--gpu", "a100-80gb", "--mlp-csv", str(path), "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err, err
+    assert err.startswith(f"error: {path}: --mlp-csv: ") and expected in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("where", ["folder", "missing folder"])
+def test_an_unwritable_out_is_refused_before_the_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    out = tmp_path if where == "folder" else tmp_path / "no" / "fit.json"
+    args = ["fit-cost-model", "--gpu", "a100-80gb", "--mlp-csv", str(tmp_path / "none.csv")]
+    assert main([*args, "--out", str(out)]) == 2  # the CSV is never read: --out comes first
+    err = capsys.readouterr().err.strip()
+    assert "--out" in err and "none.csv" not in err and "\n" not in err, err

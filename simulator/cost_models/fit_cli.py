@@ -11,10 +11,10 @@ catalog's own fits were made with this command (each fit's `source` gives it).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -40,6 +40,8 @@ from simulator.cost_models.kernel_profiles import (
 )
 from simulator.cost_models.kernel_times import KernelTimes
 from workbench.errors import WorkbenchError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,16 @@ def fit_from_files(request: FitRequest) -> tuple[KernelFit, list[ErrorSummary]]:
     """The fitted parameters (4 significant digits) and their errors on fitted and held-out
     points (per-layer sums of the token ops; attention points)."""
     gpu = get_gpu(request.gpu)
-    points = [p for path in request.mlp_csvs for p in read_token_op_points(path, request.statistic)]
+    points = [
+        p
+        for path in request.mlp_csvs
+        for p in _read(read_token_op_points, path, "--mlp-csv", statistic=request.statistic)
+    ]
+    if not points:
+        files = ", ".join(str(p) for p in request.mlp_csvs)
+        raise WorkbenchError(
+            "no profiled rows (expected a Vidur mlp.csv's rows)", source=files, field="--mlp-csv"
+        )
     train = [p for p in points if not request.hold_out.holds(p.model, p.tensor_parallel)]
     if not train:
         raise WorkbenchError("every profiled point is held out: nothing to fit", field="--hold-out")
@@ -87,7 +98,9 @@ def fit_from_files(request: FitRequest) -> tuple[KernelFit, list[ErrorSummary]]:
     attention = [
         p
         for path in request.attention_csvs
-        for p in read_attention_points(path, layout=request.attention_layout)
+        for p in _read(
+            read_attention_points, path, "--attention-csv", layout=request.attention_layout
+        )
     ]
     fit = _with_attention(fit, request, attention)
     fit = rounded(replace(fit, source=_source(request)))
@@ -102,6 +115,15 @@ def fit_from_files(request: FitRequest) -> tuple[KernelFit, list[ErrorSummary]]:
             ErrorSummary("attention, fitted points", _attention_errors(attention, times))
         )
     return fit, summaries
+
+
+def _read(read: Callable[..., list[T]], path: Path, field: str, **options: str) -> list[T]:
+    """A profile's points; a value its columns cannot hold (a shape or TP degree that is
+    not a number) is a one-line error naming the file."""
+    try:
+        return read(path, field=field, **options)
+    except ValueError as error:
+        raise WorkbenchError(f"malformed value: {error}", source=str(path), field=field) from None
 
 
 def _token_op_base(request: FitRequest, kinds: set[str]) -> KernelFit:
@@ -249,6 +271,7 @@ def add_fit_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def fit_command(args: argparse.Namespace) -> int:
+    _check_out(args.out)  # before the fit, not after it
     request = FitRequest(
         gpu=args.gpu,
         mlp_csvs=tuple(args.mlp_csv),
@@ -265,3 +288,10 @@ def fit_command(args: argparse.Namespace) -> int:
         print(summary.line())
     print(f"wrote {args.out}: cost_model: {{kind: fitted, fit_path: {args.out}}}")
     return 0
+
+
+def _check_out(out: Path) -> None:
+    if out.is_dir():
+        raise WorkbenchError("a folder, not a file: expected the fit's JSON path", field="--out")
+    if not out.parent.is_dir():
+        raise WorkbenchError("folder does not exist", source=str(out.parent), field="--out")

@@ -24,7 +24,26 @@ class ProfileTable:
     columns: dict[str, list[str]]
 
     def numbers(self, name: str) -> np.ndarray:
-        return np.array([float(v) if v else np.nan for v in self.columns[name]], dtype=np.float64)
+        """The column as floats, an empty cell NaN; anything but a finite number >= 0 (token
+        counts, sizes, kernel times) is refused with its row."""
+        values = np.full(len(self.columns[name]), np.nan)
+        for row, text in enumerate(self.columns[name]):
+            if text:
+                values[row] = self._number(name, row, text)
+        return values
+
+    def _number(self, name: str, row: int, text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = np.nan
+        if not np.isfinite(value) or value < 0:
+            raise WorkbenchError(
+                f"column {name}, data row {row + 1}: expected a finite number >= 0, got {text!r}",
+                source=self.source,
+                field=self.field,
+            )
+        return value
 
     def keep(self, mask: np.ndarray) -> ProfileTable:
         picked = {
