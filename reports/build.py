@@ -45,6 +45,7 @@ def build_report(
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed; selected here, not when reports is imported
+    out_dir = _report_folder(Path(out_dir))  # before the figures are drawn
     ids = _resolve(store, run_ids)
     plan_tables, plan_figures = planning_images(store) if run_ids is None else ([], [])
     if plan_tables:  # a plan's probes get its own section, not one row each
@@ -53,14 +54,33 @@ def build_report(
     report = _plan_report(store, plan_tables, plan_figures)
     if ids:
         report = _runs_report(store, ids, baseline, report)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for figure in report.all_figures:
-        (out_dir / f"{figure.name}.png").write_bytes(figure.png)
-    (out_dir / "report.md").write_text(render_markdown(report), encoding="utf-8")
-    html_path = out_dir / "report.html"
-    html_path.write_text(render_html(report), encoding="utf-8")
+    try:
+        for figure in report.all_figures:
+            (out_dir / f"{figure.name}.png").write_bytes(figure.png)
+        (out_dir / "report.md").write_text(render_markdown(report), encoding="utf-8")
+        html_path = out_dir / "report.html"
+        html_path.write_text(render_html(report), encoding="utf-8")
+    except OSError as error:
+        raise WorkbenchError(
+            f"could not write the report ({error.strerror})", source=str(out_dir)
+        ) from None
     return html_path
+
+
+def _report_folder(out_dir: Path) -> Path:
+    """The report's folder, made if missing; a file there or a folder that cannot be made is
+    a one-line error."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise WorkbenchError(
+            "a file, not a folder: expected the report's folder", source=str(out_dir)
+        )
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise WorkbenchError(
+            f"cannot make the report folder ({error.strerror})", source=str(out_dir)
+        ) from None
+    return out_dir
 
 
 def _plan_report(store: ResultsStore, tables: list[Table], figures: list[FigureImage]) -> Report:

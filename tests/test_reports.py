@@ -13,6 +13,8 @@ from fixtures_records import RequestSpec, make_meta, make_records, synthetic_rec
 from reports.build import build_report
 from reports.collect import downsample
 from workbench import metrics
+from workbench.cli import main
+from workbench.errors import WorkbenchError
 from workbench.records import RunRecords
 from workbench.scenario.system import SLOConfig
 from workbench.store import ResultsStore
@@ -139,3 +141,33 @@ def test_downsample_keeps_at_most_the_budget() -> None:
     time_s = np.arange(100_000, dtype=float)  # (100000,)
     means = downsample(time_s, time_s, 5000)
     assert len(means) <= 5000 and means[0] == pytest.approx(9.5)  # bin 0 holds t = 0..19
+
+
+def test_a_file_where_the_folder_goes_is_refused_before_drawing(
+    store: ResultsStore, tmp_path: Path
+) -> None:
+    taken = tmp_path / "report"
+    taken.write_text("mine")
+    with pytest.raises(WorkbenchError, match="a file, not a folder") as caught:
+        build_report(store, None, taken)
+    assert caught.value.one_line().startswith(str(taken))
+    assert taken.read_text() == "mine"
+    with pytest.raises(WorkbenchError, match="cannot make the report folder"):
+        build_report(store, None, taken / "inside")
+
+
+def test_the_cli_reports_a_file_it_cannot_write_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Any OSError a command meets (here the report's) is one line with its file, exit 2."""
+    import reports.build
+
+    def denied(*args: object, **kwargs: object) -> Path:
+        raise PermissionError(13, "Permission denied", "/somewhere/report.html")
+
+    monkeypatch.setattr(reports.build, "build_report", denied)
+    db = tmp_path / "r.duckdb"
+    with ResultsStore.open(db):
+        pass
+    assert main(["report", "--db", str(db), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == "error: /somewhere/report.html: Permission denied\n"

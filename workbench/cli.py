@@ -31,6 +31,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WorkbenchError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a file or folder a command could not read or write
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted: runs not finished were not written", file=sys.stderr)
         return 130
