@@ -434,3 +434,34 @@ def test_validate_refuses_what_a_pipeline_run_would(
     assert main(["validate", path]) == 0
     capsys.readouterr()
     fails(capsys, ["validate", path, "--set", change], path, field, "one request at a time")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["run", "x.yaml", "--backend", "gpu"], "workbench run: argument --backend: invalid"),
+        (["plan", "x.yaml", "--workers", "-3"], "--workers: expected a whole number of 1"),
+        (["plan", "x.yaml", "--workers", "0"], "--workers: expected a whole number of 1"),
+        (["export", "nope"], "workbench export: argument table: invalid choice"),
+    ],
+)
+def test_argument_errors_are_one_line(
+    capsys: pytest.CaptureFixture[str], args: list[str], expected: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and expected in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--temperature", "nan"), ("--temperature", "-1"), ("--heldout", "2"), ("--max-new", "0")],
+)
+def test_predictor_options_out_of_range_are_named(
+    capsys: pytest.CaptureFixture[str], option: str, value: str
+) -> None:
+    fails(
+        capsys, ["predictor", "train", "--model-zoo", "tiny", option, value], f"{option}: expected"
+    )

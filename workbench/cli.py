@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
 
@@ -43,8 +43,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """An argument error is one line naming the command, as every other bad input is (its
+    subcommands' parsers are of this class too: argparse makes them of the parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="workbench", description=__doc__)
+    parser = _OneLineParser(prog="workbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = _scenario_command(sub, "run", "run a scenario (every point of its sweep)", _cmd_run)
     run.add_argument(

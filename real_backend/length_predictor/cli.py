@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -51,12 +52,9 @@ def add_predictor_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def predictor_command(args: argparse.Namespace) -> int:
-    from workbench.errors import WorkbenchError, needs_real_extra
+    from workbench.errors import needs_real_extra
 
-    if args.max_new < 1 or args.temperature < 0 or not 0 < args.heldout < 1 or args.threads < 1:
-        raise WorkbenchError(
-            "needs --max-new >= 1, --temperature >= 0, 0 < --heldout < 1, --threads >= 1"
-        )
+    _check_numbers(args)
     with needs_real_extra("training a length predictor runs the model"):
         import torch
 
@@ -71,6 +69,21 @@ def predictor_command(args: argparse.Namespace) -> int:
         torch.set_num_threads(threads)
     print(json.dumps(card) if args.json else format_card(card, options.out))
     return 0
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Each option's range, the first one out of it named (NaN is out of every range)."""
+    from workbench.errors import WorkbenchError
+
+    checks = [
+        ("--max-new", args.max_new, args.max_new >= 1, "a whole number of 1 or more"),
+        ("--temperature", args.temperature, args.temperature >= 0, "a number >= 0 (0: greedy)"),
+        ("--heldout", args.heldout, 0 < args.heldout < 1, "a share between 0 and 1"),
+        ("--threads", args.threads, args.threads >= 1, "a whole number of 1 or more"),
+    ]
+    for flag, value, ok, expected in checks:
+        if not ok or not math.isfinite(value):
+            raise WorkbenchError(f"expected {expected}, got {value}", field=flag)
 
 
 def _options(args: argparse.Namespace) -> Any:

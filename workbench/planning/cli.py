@@ -29,10 +29,20 @@ def add_plan_parser(sub: Any) -> None:
         default="auto",
         help="auto: Ray if installed (local cluster), else a process pool",
     )
-    plan.add_argument("--workers", type=int, help="local pool size (default: all cores)")
+    plan.add_argument("--workers", type=_positive_int, help="local pool size (default: all cores)")
     plan.add_argument("--ray-address", help="an existing Ray cluster (ray.init(address=...))")
     plan.add_argument("--no-early-stop", action="store_true", help="run every probe to its end")
     plan.set_defaults(func=_cmd_plan)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, got {text!r}")
+    return value
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
