@@ -267,3 +267,43 @@ def test_the_report_rebuilds_the_plan_from_its_probes(tmp_path: Path) -> None:
     assert f"| ok | {best.answer.replicas} |" in row
     assert (tmp_path / "report" / f"plan_pareto_{run.plan_id}.png").exists()
     assert "Engine steps over time" not in html.read_text()  # probes are not listed one by one
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        {"objective": {"kind": "max_rate"}, "space": {"hardware.gpu": ["h100-sxm", "b9000"]}},
+        {
+            "objective": {
+                "kind": "what_if",
+                "rates_per_s": [4],
+                "variants": {"ok": {}, "typo": {"hardware": {"gpu": "b9000"}}},
+            }
+        },
+    ],
+)
+def test_an_unknown_gpu_is_an_error_before_any_probe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], plan: dict
+) -> None:
+    data = json.loads(json.dumps(PLANTED))
+    data["plan"].update(plan)
+    path, db = _write(tmp_path, data), tmp_path / "p.duckdb"
+    assert main(["plan", str(path), "--db", str(db), "--executor", "inline"]) == 2
+    err = capsys.readouterr().err
+    assert "hardware.gpu: unknown GPU 'b9000'" in err and len(err.strip().splitlines()) == 1
+    with ResultsStore.open(db, read_only=True) as store:
+        assert store.list_runs() == []
+
+
+def test_configurations_that_cannot_run_are_listed_with_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = json.loads(json.dumps(PLANTED))
+    data["plan"]["space"] = {"hardware.tensor_parallel": [1, 3]}
+    path = _write(tmp_path, data)
+    assert (
+        main(["plan", str(path), "--db", str(tmp_path / "p.duckdb"), "--executor", "inline"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "cannot run: tp=3: hardware.tensor_parallel: tensor_parallel 3 does not split" in out
+    assert "more (--json" not in out  # both configurations are on the page

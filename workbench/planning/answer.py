@@ -209,9 +209,11 @@ def _ranking(run: PlanRun, plan: PlanConfig) -> list[str]:
         rows = [
             f"    ${_cost(c):>8.2f}/h  {_replicas(c):>3} × {c.label}" for c in ranked[:RANKED_SHOWN]
         ]
-    others = len(run.configurations) - len(rows)
+    refused = [c for c in run.configurations if c.refusal is not None][:RANKED_SHOWN]
+    cannot = [f"    cannot run: {c.label}: {c.refusal}" for c in refused]
+    others = len(run.configurations) - len(rows) - len(cannot)
     tail = [f"    ... and {others} more (--json lists every configuration)"] if others > 0 else []
-    return ["  ranking:", *rows, *tail] if rows else []
+    return ["  ranking:", *rows, *cannot, *tail] if rows else []
 
 
 def _infeasible(run: PlanRun, plan: PlanConfig) -> list[str]:
@@ -240,10 +242,14 @@ def _precision_lines(
     lines = []
     if isinstance(best and best.answer, RateAnswer):
         answer = best.answer  # type: ignore[union-attr]
-        failing = "none found" if answer.failing is None else f"{answer.failing:.3g}"
+        failing = (
+            "no failing rate found"
+            if answer.failing is None
+            else f"fails at {answer.failing:.3g} req/s"
+        )
         lines.append(
             f"  precision: bisection to {info['rate_tolerance']:.0%} (passes at "
-            f"{answer.passing:.4g}, fails at {failing} req/s)"
+            f"{answer.passing:.4g} req/s, {failing})"
         )
     if "deciding_metric" in info:
         name, tail = info["deciding_metric"].upper(), info["tail_requests"]
@@ -302,4 +308,6 @@ def what_if_text(rows: list[dict[str, Any]]) -> str:
                 text += f" ({change:+.0%})"
             cells.append(f"{text:>14}")
         lines.append("  ".join(cells))
+        if row.get("refusal"):
+            lines.append(f"{'':>14}  cannot run: {row['refusal']}")
     return "\n".join(lines)

@@ -379,6 +379,8 @@ class Planner:
                 itertools.product(variants.values(), objective.rates_per_s)
             )
         ]
+        for spec in specs:  # every variant checked before any probe runs
+            probe_scenario(self.scenario, spec.values, self.source)
         names = [name for name in variants for _ in objective.rates_per_s]
         self.run_state.configurations = [
             Configuration(i, spec.values, names[i]) for i, spec in enumerate(specs)

@@ -54,7 +54,21 @@ def probe_scenario(base: Scenario, values: dict[str, Any], source: str) -> Scena
     data["sweep"] = None
     for dotted, value in values.items():
         set_dotted(data, dotted, value, source=source)
-    return validate_scenario(data, source=f"{source} (plan point {values})", base_dir=Path("/"))
+    where = f"{source} (plan point {values})"
+    scenario = validate_scenario(data, source=where, base_dir=Path("/"))
+    _check_gpu_name(scenario, where)
+    return scenario
+
+
+def _check_gpu_name(scenario: Scenario, where: str) -> None:
+    """A GPU the catalog does not know is a typo to fix, not a configuration that cannot run
+    (those are refused by the probe and listed): an error before any probe."""
+    from simulator.catalogs.hardware import get_gpu
+
+    try:
+        get_gpu(scenario.hardware.gpu)
+    except WorkbenchError as error:
+        raise error.with_source(where) from None
 
 
 def slo_key(slo: PlanSLO) -> str:
