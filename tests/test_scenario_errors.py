@@ -85,13 +85,11 @@ def validate_fails(
 def run_fails(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], data: dict[str, Any], *expected: str
 ) -> str:
-    """`workbench run` must fail with the message and leave no run in the database."""
+    """`workbench run` must fail with the message and leave no database it created."""
     path = write(tmp_path, data)
     db = tmp_path / "results.duckdb"
     line = fails(capsys, ["run", str(path), "--db", str(db), "--no-progress"], *expected)
-    if db.exists():
-        with ResultsStore.open(db, read_only=True) as store:
-            assert store.list_runs() == []
+    assert not db.exists()
     return line
 
 
@@ -465,3 +463,22 @@ def test_predictor_options_out_of_range_are_named(
     fails(
         capsys, ["predictor", "train", "--model-zoo", "tiny", option, value], f"{option}: expected"
     )
+
+
+def test_a_later_sweep_point_refused_before_the_first_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before any work, an existing database keeps what it held and nothing more."""
+    db = tmp_path / "results.duckdb"
+    assert (
+        main(["run", str(write(tmp_path, MINIMAL, "ok.yaml")), "--db", str(db), "--no-progress"])
+        == 0
+    )
+    capsys.readouterr()
+    data = scenario(sweep={"grid": {"scheduler.kv_cache.num_blocks": [1000, 2]}})
+    path = write(tmp_path, data)
+    fails(
+        capsys, ["run", str(path), "--db", str(db), "--no-progress"], "num_blocks': 2", "KV blocks"
+    )
+    with ResultsStore.open(db, read_only=True) as store:
+        assert len(store.list_runs()) == 1

@@ -283,7 +283,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise WorkbenchError("--twin-draws draws the twin of --backend both", field="--twin-draws")
     if args.twin_draws < 1:
         raise WorkbenchError(f"expected 1 or more, got {args.twin_draws}", field="--twin-draws")
-    with ResultsStore.open(args.db) as store:
+    with ResultsStore.writing(args.db) as store:
         if args.backend == "both":
             _run_twins(args, scenario, store, progress, show, percentiles)
             return 0
@@ -404,7 +404,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from simulator.cost_models.calibrated import CalibratedCostModel, fit_errors, fit_profile
     from workbench.explain import yaml_flow
 
-    with ResultsStore.open(args.db) as store:
+    with ResultsStore.writing(args.db) as store:
         target = resolve_target(args.model, args.device, args.dtype, args.zoo_dir, args.kernels)
         bar = None if args.no_progress else _CalibrationBar()
         try:

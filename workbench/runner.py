@@ -73,10 +73,14 @@ def run_scenario(
     on_outcome: called as each point finishes (or is skipped), so results show at once.
     label: stored with each run, to tell apart runs of one configuration.
     Errors the backends raise without a file (unknown GPU, weights that do not fit...)
-    name `source`, the scenario file, and the sweep point.
+    name `source`, the scenario file, and the sweep point; with several points to run, every
+    point's refusals (`preflight`) come before any runs.
     """
     points = expand(scenario, source=source)
     done = store.completed_runs_by_hash()
+    to_run = [p for p in points if not (p.values and done.get(p.scenario.config_hash()))]
+    if len(to_run) > 1:  # a refusal of a later point comes before the first point's work
+        preflight(to_run, source=source, store=store)
     outcomes = []
     for index, point in enumerate(points, start=1):
         earlier = done.get(point.scenario.config_hash(), [])

@@ -61,7 +61,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         )
     executor = build_executor(args.executor, args.workers, args.ray_address)
     try:
-        with ResultsStore.open(args.db) as store:
+        with ResultsStore.writing(args.db) as store:
             planner = Planner(
                 scenario,
                 args.file,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -91,6 +92,30 @@ class ResultsStore:
             con.close()
             raise
         return cls(con, label)
+
+    @classmethod
+    @contextlib.contextmanager
+    def writing(cls, path: str | Path) -> Iterator[ResultsStore]:
+        """Open (or create) the database of a command that writes: one this call created is
+        removed again when the command fails before storing anything, so a refused run
+        leaves no empty database behind."""
+        created = str(path) != MEMORY and not Path(path).exists()
+        store = cls.open(path)
+        try:
+            yield store
+        except BaseException:
+            empty = created and store._holds_nothing()
+            store.close()
+            if empty:
+                for leftover in (Path(path), Path(f"{path}.wal")):
+                    leftover.unlink(missing_ok=True)
+            raise
+        store.close()
+
+    def _holds_nothing(self) -> bool:
+        """No run and no calibration profile."""
+        runs = self._con.execute("SELECT count(*) FROM runs").fetchone()
+        return (runs is None or runs[0] == 0) and not self.profiles()
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
