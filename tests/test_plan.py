@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,9 @@ import yaml
 from simulator.catalogs.hardware import get_gpu
 from simulator.run import simulate
 from workbench.cli import main
+from workbench.errors import WorkbenchError
 from workbench.planning.answer import answer_json, best_configuration
-from workbench.planning.executor import InlineExecutor, PoolExecutor
+from workbench.planning.executor import InlineExecutor, PoolExecutor, check_reachable
 from workbench.planning.planner import Planner, PlanRun
 from workbench.planning.probe import probe_scenario
 from workbench.planning.slo import evaluate
@@ -307,3 +309,23 @@ def test_configurations_that_cannot_run_are_listed_with_why(
     out = capsys.readouterr().out
     assert "cannot run: tp=3: hardware.tensor_parallel: tensor_parallel 3 does not split" in out
     assert "more (--json" not in out  # both configurations are on the page
+
+
+def test_a_ray_address_nobody_answers_is_refused_at_once() -> None:
+    with socket.socket() as listening:  # something answers here
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        check_reachable(f"127.0.0.1:{listening.getsockname()[1]}")
+        check_reachable(f"ray://127.0.0.1:{listening.getsockname()[1]}")
+    check_reachable("auto")  # Ray's own to find
+    port = _closed_port()
+    with pytest.raises(WorkbenchError, match=f"no Ray cluster answers at 127.0.0.1:{port}"):
+        check_reachable(f"127.0.0.1:{port}")
+    with pytest.raises(WorkbenchError, match="expected HOST:PORT"):
+        check_reachable("nonsense")
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # closed again on leaving: nothing listens there

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Protocol
 
@@ -90,6 +91,8 @@ class RayExecutor:
         self._ray = ray
         self._started = not ray.is_initialized()  # ours to shut down (or disconnect from)
         if self._started:
+            if address is not None:
+                check_reachable(address)
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         self.workers = max(int(ray.cluster_resources().get("CPU", 1)), 1)
         self._task = ray.remote(num_cpus=1)(run_probe)
@@ -110,6 +113,30 @@ class RayExecutor:
         session the caller opened before stays open."""
         if self._started:
             self._ray.shutdown()
+
+
+# Ray retries an unreachable cluster for minutes, printing its log lines; a plain TCP
+# connection tells in seconds whether anything listens there.
+CONNECT_TIMEOUT_S = 5.0
+
+
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """A cluster address (`HOST:PORT`, `ray://HOST:PORT`; `auto` and `local` are Ray's own
+    to resolve) must accept a connection: a one-line error otherwise."""
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise WorkbenchError(
+            f"expected HOST:PORT, ray://HOST:PORT or auto, got {address!r}", field="--ray-address"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise WorkbenchError(
+            f"no Ray cluster answers at {address} ({reason})", field="--ray-address"
+        ) from None
 
 
 def build_executor(kind: str, workers: int | None, ray_address: str | None) -> Executor:
