@@ -79,6 +79,8 @@ def test_list_runs_prefix_lookup_and_hashes(records: RunRecords) -> None:
             store.get_run("ab")
         with pytest.raises(WorkbenchError, match="no run"):
             store.get_run("nope")
+        with pytest.raises(WorkbenchError, match="expected a run id or a prefix of one"):
+            store.get_run("")  # a prefix of every run: not taken for the only one
         assert store.completed_hashes() == {"h-abc123", "h-abd456", "h-xyz789"}
 
 

@@ -390,7 +390,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from workbench.store.db import ResultsStore
 
     with ResultsStore.open(args.db, read_only=True) as store:
-        run_id = store.get_run(args.run)["run_id"] if args.run else None
+        run_id = store.get_run(args.run)["run_id"] if args.run is not None else None
         store.export_parquet(args.table, Path(args.out), run_id=run_id)
     print(f"{args.table} → {args.out}")
     return 0

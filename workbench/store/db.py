@@ -264,6 +264,8 @@ class ResultsStore:
 
     def resolve_run_id(self, run_id: str) -> str:
         """The full run id for an id or a unique prefix of one."""
+        if not run_id:
+            raise WorkbenchError("expected a run id or a prefix of one, got ''", source=self.path)
         matches = [
             r[0]
             for r in self._con.execute(
