@@ -126,6 +126,13 @@ def test_ctrl_c_during_the_write_comes_after_it(
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_database_that_cannot_be_made_says_so() -> None:
+    with pytest.raises(WorkbenchError, match="cannot open the database for writing") as caught:
+        ResultsStore.open("/proc/results.duckdb")  # /proc exists, no file can be made in it
+    assert "not a DuckDB file" not in str(caught.value)
+
+
 def test_read_only_store_reads_and_refuses_writes(tmp_path: Path, records: RunRecords) -> None:
     path = tmp_path / "ro.duckdb"
     with ResultsStore.open(path) as store:

@@ -496,9 +496,24 @@ def _connect(label: str, read_only: bool) -> duckdb.DuckDBPyConnection:
                 f"writer); close it and retry ({message})",
                 source=label,
             ) from error
+        if isinstance(error, duckdb.IOException) and _unwritable(message):
+            raise WorkbenchError(
+                f"cannot open the database for writing: {message.splitlines()[0]}", source=label
+            ) from error
         raise WorkbenchError(
             f"{_NOT_OURS} (not a DuckDB file, or corrupt): {message}", source=label
         ) from error
+
+
+def _unwritable(message: str) -> bool:
+    """DuckDB's IO error for a file the OS will not open as asked (not a bad file)."""
+    reasons = (
+        "Permission denied",
+        "Operation not permitted",
+        "Read-only file system",
+        "No such file or directory",  # a folder where files cannot be made (/proc)
+    )
+    return any(reason in message for reason in reasons)
 
 
 def _ensure_schema(con: duckdb.DuckDBPyConnection, label: str, read_only: bool) -> None:
