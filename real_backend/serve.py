@@ -49,10 +49,12 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 def serve_scenario(scenario: Scenario, progress=None, measure_steps: bool = False) -> RunRecords:
     """measure_steps: keep each step's work and wall time in `records.served_steps` (the
     calibration's points), for `--backend both` to price the real run's own steps."""
-    if scenario.hardware.replicas != 1 or scenario.hardware.tensor_parallel != 1:
-        raise WorkbenchError(
-            "the real backend serves one replica on one device", field="hardware.replicas"
-        )
+    for field in ("replicas", "tensor_parallel"):
+        if getattr(scenario.hardware, field) != 1:
+            raise WorkbenchError(
+                "the real backend serves one replica on one device: expected 1",
+                field=f"hardware.{field}",
+            )
     if scenario.decoder.kind in PIPELINE_DECODER_KINDS:  # stage processes: its own server
         from real_backend.pipeline.serve import serve_pipeline
 
