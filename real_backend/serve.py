@@ -18,6 +18,7 @@ from real_backend.model.config import ModelArgs
 from real_backend.model.loading import load_checkpoint
 from real_backend.model.transformer import Transformer
 from real_backend.outputs import output_records
+from real_backend.preflight import check_real_scenario, checkpoint_folder
 from real_backend.prompts import request_prompts
 from workbench.errors import WorkbenchError
 from workbench.records import RunRecords
@@ -49,12 +50,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 def serve_scenario(scenario: Scenario, progress=None, measure_steps: bool = False) -> RunRecords:
     """measure_steps: keep each step's work and wall time in `records.served_steps` (the
     calibration's points), for `--backend both` to price the real run's own steps."""
-    for field in ("replicas", "tensor_parallel"):
-        if getattr(scenario.hardware, field) != 1:
-            raise WorkbenchError(
-                "the real backend serves one replica on one device: expected 1",
-                field=f"hardware.{field}",
-            )
+    check_real_scenario(scenario)
     if scenario.decoder.kind in PIPELINE_DECODER_KINDS:  # stage processes: its own server
         from real_backend.pipeline.serve import serve_pipeline
 
@@ -156,17 +152,6 @@ def context_origin(args: ModelArgs) -> str:
         text += f" × {args.rope_scaling['rope_type']} RoPE scaling factor"
         text += f" {args.rope_scaling['factor']:g}"
     return text
-
-
-def checkpoint_folder(scenario: Scenario) -> Path:
-    path = scenario.model.config_path
-    if path is None:
-        raise WorkbenchError(
-            "the real backend needs weights: give model.zoo or model.config_path (a checkpoint "
-            "folder)",
-            field="model",
-        )
-    return path if path.is_dir() else path.parent
 
 
 def sampling_of(decoder: DecoderConfig) -> SamplingConfig:

@@ -146,13 +146,3 @@ def test_stop_texts_without_a_tokenizer_name_what_it_is_needed_for(tmp_path: Pat
     message = str(caught.value)
     assert "workload.stop_texts" in message and "tokenizer.json" in message
     assert "stop texts" in message and "prompts" not in message
-
-
-@pytest.mark.parametrize("field", ["replicas", "tensor_parallel"])
-def test_more_than_one_device_names_its_field(field: str) -> None:
-    from real_backend.serve import serve_scenario
-
-    scenario = load_scenario(SCENARIO, [f"hardware.{field}=2"])
-    with pytest.raises(WorkbenchError, match="one replica on one device") as caught:
-        serve_scenario(scenario)  # refused before the model is looked for
-    assert caught.value.field == f"hardware.{field}"

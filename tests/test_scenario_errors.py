@@ -482,3 +482,18 @@ def test_a_later_sweep_point_refused_before_the_first_runs(
     )
     with ResultsStore.open(db, read_only=True) as store:
         assert len(store.list_runs()) == 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"hardware__tensor_parallel": 2}, "hardware.tensor_parallel: the real backend serves one"),
+        ({"hardware__replicas": 2}, "hardware.replicas: the real backend serves one"),
+        ({}, "model: the real backend needs weights"),
+    ],
+)
+def test_validate_refuses_what_the_real_backend_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, Any], expected: str
+) -> None:
+    """Checked before anything loads (no torch needed), as a run would refuse them."""
+    validate_fails(tmp_path, capsys, scenario(backend="real", **changes), expected)

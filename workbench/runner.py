@@ -121,8 +121,10 @@ def _preflight_point(scenario: Scenario, store: ResultsStore | None) -> None:
 
         check_scenario(scenario, store)
         return
+    from real_backend.preflight import check_real_scenario  # no torch
     from workbench.workload.generate import workload_for
 
+    check_real_scenario(scenario)
     workload_for(scenario)
 
 
