@@ -497,3 +497,13 @@ def test_validate_refuses_what_the_real_backend_would(
 ) -> None:
     """Checked before anything loads (no torch needed), as a run would refuse them."""
     validate_fails(tmp_path, capsys, scenario(backend="real", **changes), expected)
+
+
+def test_a_rate_too_low_for_float_seconds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = scenario(workload__arrival__rate_per_s=1e-300)  # 4e301 s: latencies lost in rounding
+    validate_fails(tmp_path, capsys, data, "workload.arrival", "expected a higher rate")
+    assert (
+        main(["validate", str(write(tmp_path, scenario(workload__arrival__rate_per_s=1e-6)))]) == 0
+    )

@@ -42,9 +42,22 @@ class Arrivals:
 ArrivalSampler = Callable[[Any, int, np.random.Generator], Arrivals]
 
 
+# Times are float seconds: past 2**30 s (34 years) a float64 holds them to 0.2 µs or worse,
+# and latencies of a few ms lose their digits. A stream that long is a mistaken rate.
+MAX_ARRIVAL_S = 2.0**30
+
+
 def sample_arrivals(config: ArrivalConfig, n: int, rng: np.random.Generator) -> Arrivals:
     """Arrivals of `n` requests under `config`, drawing only from `rng`."""
-    return ARRIVAL_SAMPLERS[config.kind](config, n, rng)
+    arrivals = ARRIVAL_SAMPLERS[config.kind](config, n, rng)
+    last = float(arrivals.arrival_s[-1]) if len(arrivals.arrival_s) else 0.0
+    if last > MAX_ARRIVAL_S:  # NaN: a closed loop, timed as it runs
+        raise WorkbenchError(
+            f"the last request would arrive at {last:.3g} s, past {MAX_ARRIVAL_S:.3g} s (34 "
+            "years), where float seconds lose a latency's digits: expected a higher rate",
+            field="workload.arrival",
+        )
+    return arrivals
 
 
 def _from_gaps(gaps: np.ndarray) -> np.ndarray:
