@@ -317,3 +317,20 @@ def test_an_unwritable_out_is_refused_before_the_fit(
     assert main([*args, "--out", str(out)]) == 2  # the CSV is never read: --out comes first
     err = capsys.readouterr().err.strip()
     assert "--out" in err and "none.csv" not in err and "\n" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--hold-out-model", "Llama-2-7b"], "--hold-out-model: Llama-2-7b is not in the profiles"),
+        (["--hold-out-tp", "3"], "--hold-out-tp: 3 is not in the profiles (they have: 1, 2, 4"),
+        (["--gpu", "b9000"], "--gpu: unknown GPU 'b9000'"),
+    ],
+)
+def test_fit_options_naming_nothing_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], expected: str
+) -> None:
+    args = ["fit-cost-model", "--gpu", "a100-80gb", "--mlp-csv", str(LLAMA2_7B_A100)]
+    assert main([*args, *extra, "--out", str(tmp_path / "fit.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert expected in err and "\n" not in err, err

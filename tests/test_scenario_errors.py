@@ -507,3 +507,9 @@ def test_a_rate_too_low_for_float_seconds(
     assert (
         main(["validate", str(write(tmp_path, scenario(workload__arrival__rate_per_s=1e-6)))]) == 0
     )
+
+
+def test_a_folder_given_as_the_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "scenario.yaml"
+    folder.mkdir()
+    fails(capsys, ["validate", str(folder)], str(folder), "a folder, not a file")

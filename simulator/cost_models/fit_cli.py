@@ -80,7 +80,10 @@ class ErrorSummary:
 def fit_from_files(request: FitRequest) -> tuple[KernelFit, list[ErrorSummary]]:
     """The fitted parameters (4 significant digits) and their errors on fitted and held-out
     points (per-layer sums of the token ops; attention points)."""
-    gpu = get_gpu(request.gpu)
+    try:
+        gpu = get_gpu(request.gpu)
+    except WorkbenchError as error:
+        raise WorkbenchError(error.detail, field="--gpu") from None
     points = [
         p
         for path in request.mlp_csvs
@@ -91,6 +94,7 @@ def fit_from_files(request: FitRequest) -> tuple[KernelFit, list[ErrorSummary]]:
         raise WorkbenchError(
             "no profiled rows (expected a Vidur mlp.csv's rows)", source=files, field="--mlp-csv"
         )
+    _check_hold_out(request.hold_out, points)
     train = [p for p in points if not request.hold_out.holds(p.model, p.tensor_parallel)]
     if not train:
         raise WorkbenchError("every profiled point is held out: nothing to fit", field="--hold-out")
@@ -115,6 +119,22 @@ def fit_from_files(request: FitRequest) -> tuple[KernelFit, list[ErrorSummary]]:
             ErrorSummary("attention, fitted points", _attention_errors(attention, times))
         )
     return fit, summaries
+
+
+def _check_hold_out(hold_out: HoldOut, points: list[OpPoints]) -> None:
+    """A model or TP degree held out must be in the profiles: a typo would hold out nothing."""
+    checks = [
+        ("--hold-out-model", set(hold_out.models), {p.model for p in points}),
+        ("--hold-out-tp", {str(t) for t in hold_out.tensor_parallel},
+         {str(p.tensor_parallel) for p in points}),
+    ]  # fmt: skip
+    for flag, held, present in checks:
+        missing = sorted(held - present)
+        if missing:
+            known = ", ".join(sorted(present, key=lambda v: (len(v), v)))
+            raise WorkbenchError(
+                f"{missing[0]} is not in the profiles (they have: {known})", field=flag
+            )
 
 
 def _read(read: Callable[..., list[T]], path: Path, field: str, **options: str) -> list[T]:

@@ -25,6 +25,10 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        raise WorkbenchError(
+            "a folder, not a file: expected a scenario YAML file", source=str(path)
+        )
     if not path.is_file():
         raise WorkbenchError("file not found", source=str(path))
     try:
