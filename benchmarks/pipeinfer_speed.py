@@ -38,8 +38,9 @@ from real_backend.pipeline.serve import (
     serve_requests,
 )
 from real_backend.pipeline.stage_model import layer_ranges
+from real_backend.preflight import checkpoint_folder
 from real_backend.prompts import request_prompts
-from real_backend.serve import checkpoint_folder, eos_token_ids
+from real_backend.serve import eos_token_ids
 from workbench.metrics import summarize
 from workbench.runner import with_model_source
 from workbench.scenario.loader import load_scenario

@@ -45,8 +45,8 @@ def build_report(
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed; selected here, not when reports is imported
-    out_dir = _report_folder(Path(out_dir))  # before the figures are drawn
     ids = _resolve(store, run_ids)
+    out_dir = _report_folder(Path(out_dir))  # before the figures are drawn
     plan_tables, plan_figures = planning_images(store) if run_ids is None else ([], [])
     if plan_tables:  # a plan's probes get its own section, not one row each
         probes = set(plan_probe_ids(store))

@@ -334,3 +334,11 @@ def test_fit_options_naming_nothing_are_refused(
     assert main([*args, *extra, "--out", str(tmp_path / "fit.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert expected in err and "\n" not in err, err
+
+
+def test_a_zero_head_count_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _bad_copy(tmp_path, "n_head=0")
+    assert main(["fit-cost-model", "--gpu", "a100-80gb", "--mlp-csv", str(path), "--out",
+                 str(tmp_path / "f.json")]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert "malformed value" in err and "\n" not in err, err

@@ -71,4 +71,4 @@ def test_bad_input_is_one_line_naming_the_option(tmp_path: Path, capsys) -> None
     err = capsys.readouterr().err
     assert "--model-zoo" in err and "workbench zoo build tiny" in err and err.count("\n") == 1
     assert main([*empty, "--max-new", "0"]) == 2
-    assert "--max-new >= 1" in capsys.readouterr().err
+    assert "--max-new: expected a whole number of 1 or more, got 0" in capsys.readouterr().err

@@ -119,11 +119,34 @@ def test_ctrl_c_during_the_write_comes_after_it(
         insert(self, table, columns, run_id)
 
     monkeypatch.setattr(ResultsStore, "_insert_records", interrupted)
-    with ResultsStore.open(tmp_path / "r.duckdb") as store:
-        with pytest.raises(KeyboardInterrupt):
-            store.write_run(make_meta("run-a"), records)
-        _assert_records_equal(records, store.load_records("run-a"))
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with ResultsStore.open(tmp_path / "r.duckdb") as store:
+            with pytest.raises(KeyboardInterrupt):
+                store.write_run(make_meta("run-a"), records)
+            _assert_records_equal(records, store.load_records("run-a"))
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    finally:
+        signal.signal(signal.SIGINT, handler)
+
+
+def test_an_ignored_ctrl_c_stays_ignored_during_the_write(
+    tmp_path: Path, records: RunRecords, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    insert = ResultsStore._insert_records
+
+    def interrupted(self: ResultsStore, table: str, columns: object, run_id: str) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        insert(self, table, columns, run_id)
+
+    monkeypatch.setattr(ResultsStore, "_insert_records", interrupted)
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job's
+    try:
+        with ResultsStore.open(tmp_path / "r.duckdb") as store:
+            store.write_run(make_meta("run-a"), records)  # no KeyboardInterrupt
+            _assert_records_equal(records, store.load_records("run-a"))
+    finally:
+        signal.signal(signal.SIGINT, handler)
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")

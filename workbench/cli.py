@@ -31,16 +31,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WorkbenchError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return 2
-    except OSError as exc:  # a file or folder a command could not read or write
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted: runs not finished were not written", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader left (`workbench runs | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a file or folder a command could not read or write (after
+        # BrokenPipeError, one of its kind)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 class _OneLineParser(argparse.ArgumentParser):

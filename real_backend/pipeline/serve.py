@@ -30,10 +30,10 @@ from real_backend.pipeline.messages import StageSetup
 from real_backend.pipeline.records import PipelineRecorder
 from real_backend.pipeline.run_log import RunLog
 from real_backend.pipeline.stage_model import layer_ranges, load_stage
+from real_backend.preflight import checkpoint_folder
 from real_backend.prompts import request_prompts
 from real_backend.serve import (
     check_context,
-    checkpoint_folder,
     eos_token_ids,
     run_info,
     stop_token_ids,

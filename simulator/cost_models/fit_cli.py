@@ -142,7 +142,7 @@ def _read(read: Callable[..., list[T]], path: Path, field: str, **options: str) 
     not a number) is a one-line error naming the file."""
     try:
         return read(path, field=field, **options)
-    except ValueError as error:
+    except (ValueError, ArithmeticError) as error:  # "x", inf or a zero head count
         raise WorkbenchError(f"malformed value: {error}", source=str(path), field=field) from None
 
 

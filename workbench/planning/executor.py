@@ -123,10 +123,11 @@ CONNECT_TIMEOUT_S = 5.0
 def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     """A cluster address (`HOST:PORT`, `ray://HOST:PORT`; `auto` and `local` are Ray's own
     to resolve) must accept a connection: a one-line error otherwise."""
-    if address in ("auto", "local"):
+    scheme, _, rest = address.rpartition("://")
+    if address in ("auto", "local") or scheme not in ("", "ray"):  # Ray's own, or a client's
         return
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
+    host, _, port = rest.split("/")[0].split("?")[0].rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 2**16:
         raise WorkbenchError(
             f"expected HOST:PORT, ray://HOST:PORT or auto, got {address!r}", field="--ray-address"
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -99,7 +100,7 @@ class ResultsStore:
         """Open (or create) the database of a command that writes: one this call created is
         removed again when the command fails before storing anything, so a refused run
         leaves no empty database behind."""
-        created = str(path) != MEMORY and not Path(path).exists()
+        created = str(path) != MEMORY and not os.path.lexists(path)
         store = cls.open(path)
         try:
             yield store
@@ -113,9 +114,12 @@ class ResultsStore:
         store.close()
 
     def _holds_nothing(self) -> bool:
-        """No run and no calibration profile."""
-        runs = self._con.execute("SELECT count(*) FROM runs").fetchone()
-        return (runs is None or runs[0] == 0) and not self.profiles()
+        """No run and no calibration profile (a database that cannot tell is kept)."""
+        try:
+            runs = self._con.execute("SELECT count(*) FROM runs").fetchone()
+            return runs is not None and runs[0] == 0 and not self.profiles()
+        except Exception:  # an invalidated connection: keep the file, report the first error
+            return False
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -497,8 +501,9 @@ def _connect(label: str, read_only: bool) -> duckdb.DuckDBPyConnection:
                 source=label,
             ) from error
         if isinstance(error, duckdb.IOException) and _unwritable(message):
+            purpose = "reading" if read_only else "writing"
             raise WorkbenchError(
-                f"cannot open the database for writing: {message.splitlines()[0]}", source=label
+                f"cannot open the database for {purpose}: {message.splitlines()[0]}", source=label
             ) from error
         raise WorkbenchError(
             f"{_NOT_OURS} (not a DuckDB file, or corrupt): {message}", source=label

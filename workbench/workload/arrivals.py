@@ -54,7 +54,8 @@ def sample_arrivals(config: ArrivalConfig, n: int, rng: np.random.Generator) -> 
     if last > MAX_ARRIVAL_S:  # NaN: a closed loop, timed as it runs
         raise WorkbenchError(
             f"the last request would arrive at {last:.3g} s, past {MAX_ARRIVAL_S:.3g} s (34 "
-            "years), where float seconds lose a latency's digits: expected a higher rate",
+            "years), where float seconds lose a latency's digits: expected a higher rate (or a "
+            "smaller trace time_scale)",
             field="workload.arrival",
         )
     return arrivals
