@@ -232,6 +232,8 @@ def run_twins(
     the next ones; not stored) and the spread of its latencies is stored in its
     `info.draw_spread`: the part of its error that is its own sampling."""
     points = expand(scenario, source=source)
+    if len(points) > 1:  # every pair's refusals before the first real run
+        _preflight_twins(points, store, source, profile)
     outcomes = []
     for index, point in enumerate(points, start=1):
         run = functools.partial(
@@ -249,6 +251,20 @@ def run_twins(
         if on_outcome is not None:
             on_outcome(outcome)
     return outcomes
+
+
+def _preflight_twins(
+    points: list[SweepPoint], store: ResultsStore, source: str, profile: str | None
+) -> None:
+    """What each point's pair would refuse (the real run's checks, the twin's profile and
+    prepare), before any pair runs."""
+    for point in points:
+        try:
+            real, sim = twin_scenarios(point.scenario, store, profile)
+            _preflight_point(real, store)
+            _preflight_point(sim, store)
+        except WorkbenchError as error:
+            raise error.with_source(point_source(source, point.values)) from None
 
 
 def _run_twin(
