@@ -22,6 +22,7 @@ SWEEP = {
     },
     "model": {"name": "llama-3-8b"},
     "hardware": {"gpu": "h100-sxm"},
+    "scheduler": {"kind": "continuous", "max_batch_size": 8},
     "sweep": {"grid": {"workload.arrival.rate_per_s": [4, 8]}},
 }
 
