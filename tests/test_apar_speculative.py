@@ -99,6 +99,23 @@ def test_the_config_counts_draft_slots() -> None:
     assert spec is not None and spec.num_speculative_tokens == 3 and spec.temperature == 0.5
 
 
+def test_a_zoo_draft_resolved_to_its_folder_speculates(tmp_path) -> None:
+    """The runner sets a zoo draft's folder beside its name (`with_model_source`): the
+    branches' speculative config takes it as it is, not refused as two sources."""
+    from workbench.scenario.decoders import DraftModelConfig, draft_of, with_draft
+
+    apar = AparDecoderConfig(
+        kind="apar", speculative=AparSpeculationConfig(draft=DraftModelConfig(zoo="apar-small"))
+    )
+    draft = draft_of(apar)
+    assert draft is not None
+    resolved = with_draft(apar, draft.model_copy(update={"config_path": tmp_path}))
+    spec = resolved.speculative_config()
+    assert (
+        spec is not None and spec.draft.config_path == tmp_path and spec.draft.zoo == "apar-small"
+    )
+
+
 def _added_tokens(folder, fork: int, child: int | None):
     import json
 

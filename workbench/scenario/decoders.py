@@ -481,7 +481,9 @@ class AparDecoderConfig(SamplingConfig):
         spec = self.speculative
         if spec is None:
             return None
-        return SpeculativeDecoderConfig(
+        # Built from fields validated already: validating again would refuse a zoo draft whose
+        # folder the runner has resolved (`with_model_source` sets config_path beside zoo).
+        return SpeculativeDecoderConfig.model_construct(
             kind="speculative",
             draft=spec.draft,
             num_speculative_tokens=spec.num_speculative_tokens,
