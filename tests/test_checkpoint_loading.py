@@ -104,6 +104,33 @@ def test_wrong_shape(single):
     assert "mlp" in exc.value.field
 
 
+def test_damaged_weights_file(single):
+    path = single / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:1000])  # a download cut short
+    with pytest.raises(WorkbenchError, match="not a readable safetensors file") as exc:
+        load_checkpoint(single)
+    assert str(path) in one_line(exc)
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ([1, 2], "expected a JSON object"),
+        ({"vocab_size": -5}, "vocab_size: expected a positive integer, got -5"),
+        ({"num_hidden_layers": 2.5}, "num_hidden_layers: expected a positive integer"),
+        ({"hidden_size": "64"}, "hidden_size: expected a positive integer"),
+    ],
+)
+def test_a_config_of_impossible_sizes(single, config, expected):
+    path = single / "config.json"
+    if isinstance(config, dict):
+        config = {**json.loads(path.read_text()), **config}
+    path.write_text(json.dumps(config))
+    with pytest.raises(WorkbenchError, match=expected) as exc:
+        load_checkpoint(single)
+    assert str(path) in one_line(exc)
+
+
 def test_unsupported_architecture(single, tmp_path):
     config = json.loads((single / "config.json").read_text())
     config["architectures"] = ["GPT2LMHeadModel"]
@@ -144,3 +171,22 @@ def test_model_args_from_v4_style_config():
         ModelArgs.from_hf_config(
             {"model_type": "llama", **TINY, "rope_scaling": {"rope_type": "yarn", "factor": 2.0}}
         )
+
+
+def test_calibrating_a_damaged_checkpoint_stores_no_profile(single, tmp_path, capsys):
+    from workbench.cli import main
+    from workbench.store import ResultsStore
+
+    path = single / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:1000])
+    db = tmp_path / "kept.duckdb"
+    with ResultsStore.open(db):
+        pass  # an existing database: must not gain a profile that never measured
+    args = ["calibrate", "--model", str(single), "--grid", "test", "--no-progress"]
+    assert main([*args, "--db", str(db)]) == 2
+    assert "not a readable safetensors file" in capsys.readouterr().err
+    with ResultsStore.open(db, read_only=True) as store:
+        assert store.profiles() == []
+    fresh = tmp_path / "fresh.duckdb"
+    assert main([*args, "--db", str(fresh)]) == 2
+    assert not fresh.exists()

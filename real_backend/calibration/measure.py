@@ -111,10 +111,11 @@ def calibrate(
     forks = apar_tokens(target.folder)
     grid = get_grid(grid_name, args.context_tokens, forks is not None)
     profile_name = name or default_name(target)
-    profile = _resume_or_new(store, target, grid, profile_name, args, again)
-    done = store.profile_probes_done(profile.profile_id)
+    conditions = _new_profile(target, grid, profile_name, args)
+    profile = _resumable(store, conditions, again)
+    done = set() if profile is None else store.profile_probes_done(profile.profile_id)
     runs = grid.runs()
-    if profile.complete:
+    if profile is not None and profile.complete:
         older = [run.name for run in runs if run.name not in done]  # the grid grew since
         return CalibrationOutcome(
             profile, [], sorted(done), already_complete=True, not_in_profile=older
@@ -122,6 +123,9 @@ def calibrate(
     todo = [run for run in runs if run.name not in done]
     model = load_checkpoint(target.folder, DTYPES[target.dtype], target.device)
     model.use_kernels(target.kernels)
+    if profile is None:  # stored once the checkpoint has loaded: a bad one leaves no row
+        store.add_profile(conditions)
+        profile = conditions
     avoid = set(eos_token_ids(target.folder))
     serve_probe(model, grid.warmup, SEED, "warmup", avoid)  # thrown away
     for index, run in enumerate(todo):
@@ -140,24 +144,17 @@ def default_name(target: CalibrationTarget) -> str:
     return f"{label}-{target.device}-{target.dtype}"
 
 
-def _resume_or_new(
-    store: ResultsStore,
-    target: CalibrationTarget,
-    grid: Grid,
-    name: str,
-    args: ModelArgs,
-    again: bool,
-) -> Profile:
+def _resumable(store: ResultsStore, conditions: Profile, again: bool) -> Profile | None:
     """The latest profile of this name measured under the same conditions (to resume or to
-    report complete), else a new one (also with `again`)."""
-    conditions = _new_profile(target, grid, name, args)
+    report complete); None for a new one (also with `again` after a complete one)."""
     same = [
-        p for p in store.profiles() if p.name == name and _conditions(p) == _conditions(conditions)
+        p
+        for p in store.profiles()
+        if p.name == conditions.name and _conditions(p) == _conditions(conditions)
     ]
     if same and not (again and same[-1].complete):
         return same[-1]
-    store.add_profile(conditions)
-    return conditions
+    return None
 
 
 def _conditions(profile: Profile) -> tuple[object, ...]:

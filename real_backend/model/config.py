@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ class ModelArgs:
         def need(key: str) -> Any:
             if key not in cfg:
                 raise WorkbenchError(f"missing key {key!r}", source=source, field=key)
-            return cfg[key]
+            return _positive(cfg[key], key, source)
 
         dim, n_heads = int(need("hidden_size")), int(need("num_attention_heads"))
         head_dim = cfg.get("head_dim") or dim // n_heads
@@ -120,6 +121,8 @@ class ModelArgs:
             cfg = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise WorkbenchError(f"invalid JSON: {exc}", source=str(path)) from exc
+        if not isinstance(cfg, dict):
+            raise WorkbenchError("expected a JSON object (a model's config)", source=str(path))
         return cls.from_hf_config(cfg, source=str(path))
 
 
@@ -140,3 +143,12 @@ def _rope(cfg: dict[str, Any], source: str | None) -> tuple[float, dict[str, Any
     scaling.pop("rope_theta", None)
     scaling["rope_type"] = rope_type
     return theta, scaling
+
+
+def _positive(value: Any, key: str, source: str | None) -> int:
+    """A size (layers, heads, widths, vocabulary): a whole number above 0."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value < 1 or value != int(value):
+        message = f"expected a positive integer, got {value!r}"
+        raise WorkbenchError(message, source=source, field=key)
+    return int(value)

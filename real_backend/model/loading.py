@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from real_backend.model.config import ModelArgs
 from real_backend.model.layers import rope_inv_freq
@@ -81,7 +84,7 @@ def _weight_map(folder: Path) -> dict[str, Path]:
                 )
         return files
     if single.is_file():
-        with safe_open(single, framework="pt") as f:
+        with _opened(single) as f:
             return dict.fromkeys(f.keys(), single)
     raise WorkbenchError(f"no {SINGLE} or {INDEX} in checkpoint folder", source=str(folder))
 
@@ -122,7 +125,7 @@ def _read_tensors(
         by_file.setdefault(files[theirs], []).append((ours, theirs))
     state = {}
     for path, names in by_file.items():
-        with safe_open(path, framework="pt", device="cpu") as f:
+        with _opened(path) as f:
             available = set(f.keys())
             for ours, theirs in names:
                 if theirs not in available:
@@ -131,3 +134,13 @@ def _read_tensors(
                     )
                 state[ours] = f.get_tensor(theirs).to(device=device, dtype=dtype)
     return state
+
+
+@contextmanager
+def _opened(path: Path) -> Iterator[Any]:
+    """A safetensors file open for reading; a damaged one is a one-line error naming it."""
+    try:
+        with safe_open(path, framework="pt", device="cpu") as handle:
+            yield handle
+    except SafetensorError as exc:
+        raise WorkbenchError(f"not a readable safetensors file ({exc})", source=str(path)) from None
