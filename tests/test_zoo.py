@@ -174,3 +174,25 @@ def test_cli_list_and_build(zoo, capsys):
     assert "tiny" in out and "agreement" in out and "small" in out and "not built" in out
     assert zoo_main(["build", "tiny", "--cache-dir", str(zoo)]) == 0
     assert "reused" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("card", ["{damaged", "[1, 2]"])
+def test_an_unreadable_card_is_no_card(tmp_path, capsys, card: str):
+    """A card that cannot be read counts as not built (a build writes it again)."""
+    folder = tmp_path / "tiny"
+    for role in ("target", "draft"):
+        (folder / role).mkdir(parents=True)
+        (folder / role / "config.json").write_text("{}")
+    (folder / "card.json").write_text(card)
+    assert zoo_main(["list", "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "tiny" in out and "not built" in out.split("small")[0]
+    with pytest.raises(WorkbenchError, match="is not built"):
+        resolve_zoo_model("tiny", cache_dir=tmp_path)
+
+
+def test_a_file_as_the_zoo_folder(tmp_path, capsys):
+    taken = tmp_path / "zoo.txt"
+    taken.write_text("mine")
+    assert zoo_main(["list", "--cache-dir", str(taken)]) == 2
+    assert "--cache-dir: a file, not a folder" in capsys.readouterr().err

@@ -61,8 +61,14 @@ def resolve_zoo_model(name: str, role: str = "target", cache_dir: Path | str | N
 
 
 def read_card(name: str, cache_dir: Path | str | None = None) -> dict[str, Any] | None:
+    """The model's card; None when there is none or it cannot be read (a damaged card is no
+    card: the model counts as not built, and a build writes it again)."""
     path = cache_root(cache_dir) / name / CARD
-    return json.loads(path.read_text()) if path.is_file() else None
+    try:
+        card = json.loads(path.read_text()) if path.is_file() else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return card if isinstance(card, dict) else None
 
 
 def build(

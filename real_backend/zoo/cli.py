@@ -8,11 +8,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from real_backend.zoo.build import build, cache_root, default_cache_dir, is_built, read_card
 from real_backend.zoo.specs import SPECS, roles_of
-from workbench.errors import needs_real_extra
+from workbench.errors import WorkbenchError, needs_real_extra
 
 
 def add_zoo_parser(sub: Any) -> argparse.ArgumentParser:
@@ -37,6 +38,8 @@ def _fill(zoo: argparse.ArgumentParser) -> None:
 
 def zoo_command(args: argparse.Namespace) -> int:
     cache_dir = getattr(args, "cache_dir", None)
+    if cache_dir is not None and Path(cache_dir).exists() and not Path(cache_dir).is_dir():
+        raise WorkbenchError("a file, not a folder: expected the zoo's folder", field="--cache-dir")
     if args.zoo_command == "build":
         already = is_built(args.name, cache_dir) and not args.force
         with needs_real_extra("`zoo build` trains a model"):
@@ -50,11 +53,18 @@ def zoo_command(args: argparse.Namespace) -> int:
         cache = cache_root(cache_dir)
         for name, spec in SPECS.items():
             card = read_card(name, cache_dir) if is_built(name, cache_dir) else None
-            state = "not built" if card is None else _summary(card)
+            state = "not built" if card is None else _summary_or_gap(card)
             print(f"{name:8s} {spec.description}\n         {state}")
         print(f"cache: {cache}")
         return 0
     raise ValueError(args.zoo_command)
+
+
+def _summary_or_gap(card: dict[str, Any]) -> str:
+    try:
+        return _summary(card)
+    except (KeyError, TypeError) as missing:
+        return f"built, but its card lacks {missing} (rebuild with --force)"
 
 
 def _summary(card: dict[str, Any]) -> str:
@@ -77,8 +87,6 @@ def _summary(card: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Stand-alone entry: ``python -m real_backend.zoo build tiny``."""
-    from workbench.errors import WorkbenchError
-
     parser = argparse.ArgumentParser(prog="workbench zoo")
     _fill(parser)
     args = parser.parse_args(argv)
