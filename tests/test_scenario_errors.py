@@ -513,3 +513,14 @@ def test_a_folder_given_as_the_scenario(tmp_path: Path, capsys: pytest.CaptureFi
     folder = tmp_path / "scenario.yaml"
     folder.mkdir()
     fails(capsys, ["validate", str(folder)], str(folder), "a folder, not a file")
+
+
+def test_calibrate_refuses_its_csv_path_before_measuring(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    db = tmp_path / "c.duckdb"
+    args = ["calibrate", "--model", "no-such-folder", "--db", str(db), "--csv"]
+    fails(capsys, [*args, str(tmp_path)], "--csv: a folder, not a file")
+    fails(capsys, [*args, str(tmp_path / "no" / "p.csv")], "--csv: folder does not exist")
+    assert not db.exists()  # refused before the model is looked for or anything stored

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
 
-from workbench.errors import WorkbenchError, needs_real_extra
+from workbench.errors import WorkbenchError, check_output_file, needs_real_extra
 
 if TYPE_CHECKING:
     from simulator.cost_models.calibrated import CalibratedCostModel
@@ -405,6 +405,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from simulator.cost_models.calibrated import CalibratedCostModel, fit_errors, fit_profile
     from workbench.explain import yaml_flow
 
+    if args.csv:
+        check_output_file(Path(args.csv), field="--csv")  # before minutes of measuring
     with ResultsStore.writing(args.db) as store:
         target = resolve_target(args.model, args.device, args.dtype, args.zoo_dir, args.kernels)
         bar = None if args.no_progress else _CalibrationBar()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 class WorkbenchError(Exception):
@@ -52,3 +53,17 @@ def needs_real_extra(what: str, *, field: str | None = None) -> Iterator[None]:
             f"{what}: that needs the `real` extra ({missing} is missing): {REAL_EXTRA_INSTALL}",
             field=field,
         ) from None
+
+
+def check_output_file(path: Path, field: str | None = None) -> Path:
+    """A file a command will write: not a folder, in a folder that exists. Checked before
+    the work that fills it, so a mistyped path costs nothing."""
+    if path.is_dir():
+        raise WorkbenchError(
+            "a folder, not a file: expected the path of a file to write",
+            source=str(path),
+            field=field,
+        )
+    if not path.parent.is_dir():
+        raise WorkbenchError("folder does not exist", source=str(path.parent), field=field)
+    return path

@@ -39,7 +39,7 @@ from simulator.cost_models.kernel_profiles import (
     read_token_op_points,
 )
 from simulator.cost_models.kernel_times import KernelTimes
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, check_output_file
 
 T = TypeVar("T")
 
@@ -291,7 +291,7 @@ def add_fit_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def fit_command(args: argparse.Namespace) -> int:
-    _check_out(args.out)  # before the fit, not after it
+    check_output_file(args.out, field="--out")  # before the fit, not after it
     request = FitRequest(
         gpu=args.gpu,
         mlp_csvs=tuple(args.mlp_csv),
@@ -308,10 +308,3 @@ def fit_command(args: argparse.Namespace) -> int:
         print(summary.line())
     print(f"wrote {args.out}: cost_model: {{kind: fitted, fit_path: {args.out}}}")
     return 0
-
-
-def _check_out(out: Path) -> None:
-    if out.is_dir():
-        raise WorkbenchError("a folder, not a file: expected the fit's JSON path", field="--out")
-    if not out.parent.is_dir():
-        raise WorkbenchError("folder does not exist", source=str(out.parent), field="--out")

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from workbench.apar_records import BranchRecords
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, check_output_file
 from workbench.metrics import DEFAULT_PERCENTILES, SummaryValue
 from workbench.records import (
     EmissionSpans,
@@ -415,24 +415,12 @@ class ResultsStore:
         """Copy a table or view (optionally one run's rows) to a Parquet file."""
         if table not in EXPORTABLE:
             raise WorkbenchError(f"unknown table {table!r}; expected one of {EXPORTABLE}")
-        out = Path(out_path)
-        if out.is_dir():
-            raise WorkbenchError(
-                "a folder, not a file: expected a Parquet file's path", source=str(out)
-            )
-        if not out.parent.is_dir():
-            raise WorkbenchError("folder does not exist", source=str(out.parent))
+        out = check_output_file(Path(out_path))
         where = ""
         if run_id is not None:
             where = f" WHERE run_id = {_sql_literal(self.resolve_run_id(run_id))}"
         sql = f"COPY (SELECT * FROM {table}{where}) TO {_sql_literal(str(out))} (FORMAT parquet)"
-        try:
-            self._con.execute(sql)
-        except duckdb.IOException as error:  # a read-only folder, a special file
-            first = str(error).splitlines()[0]
-            raise WorkbenchError(
-                f"could not write the Parquet file: {first}", source=str(out)
-            ) from None
+        _write_file(self._con, sql, out, "Parquet")
         return out
 
     # ------------------------------------------------------------ calibration profiles
@@ -471,14 +459,21 @@ class ResultsStore:
 
     def export_profile_csv(self, profile_id: str, out_path: str | Path) -> Path:
         """Every point of the profile, its profile's columns beside each, as CSV."""
-        out = Path(out_path)
-        if not out.parent.is_dir():
-            raise WorkbenchError("folder does not exist", source=str(out.parent))
-        self._con.execute(profile_sql.export_csv_sql(profile_id, out))
+        out = check_output_file(Path(out_path))
+        _write_file(self._con, profile_sql.export_csv_sql(profile_id, out), out, "CSV")
         return out
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _write_file(con: duckdb.DuckDBPyConnection, sql: str, out: Path, kind: str) -> None:
+    """Run a `COPY ... TO` statement; a place the OS will not write is a one-line error."""
+    try:
+        con.execute(sql)
+    except duckdb.IOException as error:  # a read-only folder, a special file
+        first = str(error).splitlines()[0]
+        raise WorkbenchError(f"could not write the {kind} file: {first}", source=str(out)) from None
 
 
 def _connect(label: str, read_only: bool) -> duckdb.DuckDBPyConnection:
