@@ -110,6 +110,47 @@ def test_bad_inputs_are_clear_errors(tmp_path: Path) -> None:
         wb.open(":memory:").requests(run="nope")
 
 
+@pytest.mark.parametrize(
+    ("call", "error", "expected"),
+    [
+        (lambda r: r.summary(run=1.5), TypeError, "run: expected a run id or prefix"),
+        (lambda r: r.summary(run=["x", None]), TypeError, "run: expected"),
+        (lambda r: r.summary(run=True), TypeError, "run: expected"),
+        (lambda r: r.summary(percentiles=("50",)), TypeError, "percentiles: expected numbers"),
+        (lambda r: r.summary(percentiles=50), TypeError, "percentiles: expected numbers"),
+        (lambda r: r.summary(percentiles=(0,)), ValueError, "strictly between 0 and 100"),
+        (lambda r: r.sql("SELEC 1"), WorkbenchError, "SQL: Parser Error"),
+        (lambda r: r.sql(None), TypeError, "query: expected SQL text"),
+    ],
+)
+def test_wrong_arguments_name_themselves(call, error: type, expected: str) -> None:
+    with wb.open(":memory:") as results, pytest.raises(error, match=expected) as caught:
+        call(results)
+    assert "\n" not in str(caught.value)
+
+
+def test_wrong_scenario_and_database_arguments(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="overrides: expected a mapping"):
+        wb.load_scenario(QUICKSTART, "seed=3")  # one string, not a list of them
+    with pytest.raises(TypeError, match="path: expected"):
+        wb.load_scenario(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="db: expected a database path"):
+        wb.run(wb.load_scenario(QUICKSTART, SMALL), db=None)  # type: ignore[arg-type]
+    assert not (Path.cwd() / "None").exists()
+    results = wb.open(":memory:")
+    results.close()
+    with pytest.raises(WorkbenchError, match="were closed"):
+        results.runs()
+
+
+def test_a_run_refused_leaves_no_new_database(tmp_path: Path) -> None:
+    db = tmp_path / "new.duckdb"
+    bad = wb.load_scenario(QUICKSTART, {**SMALL, "scheduler.kv_cache.num_blocks": 2})
+    with pytest.raises(WorkbenchError, match="KV blocks"):
+        wb.run(bad, db=db)
+    assert not db.exists()
+
+
 def test_a_digits_only_run_id_is_taken_as_an_int(tmp_path: Path) -> None:
     db = tmp_path / "d.duckdb"
     with ResultsStore.open(db) as store:  # an id of an older run, drawn before ids began

@@ -19,11 +19,15 @@ one private in-memory database open in the `Results` object.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+
+import duckdb
 
 from workbench.errors import WorkbenchError
 from workbench.metrics import DEFAULT_PERCENTILES, SummaryValue
@@ -54,14 +58,20 @@ def load_scenario(
 
     overrides: {dotted.path: value} with Python values, or the CLI's "dotted.path=yaml"
     strings; e.g. {"workload.arrival.rate_per_s": 8, "decoder": {"kind": "vanilla"}}."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"path: expected a scenario file's path, got {path!r}")
     path = Path(path)
     data = read_yaml(path)
+    if isinstance(overrides, str) or not isinstance(overrides, Mapping | Sequence | None):
+        raise TypeError(
+            f"overrides: expected a mapping or a list of 'dotted.path=value', got {overrides!r}"
+        )
     if isinstance(overrides, Mapping):
         for dotted, value in overrides.items():
-            set_dotted(data, dotted, _plain(value), source=str(path))
+            set_dotted(data, str(dotted), _plain(value), source=str(path))
     else:
         for item in overrides or []:
-            apply_override(data, item, source=str(path))
+            apply_override(data, str(item), source=str(path))
     return validate_scenario(data, source=str(path), base_dir=path.parent)
 
 
@@ -149,7 +159,7 @@ def run(
         raise WorkbenchError(
             "the scenario has a sweep: wb.run_sweep(...) runs every point", field="sweep"
         )
-    (only,) = _execute(scenario, db, label, tuple(percentiles))
+    (only,) = _execute(scenario, db, label, _percentiles(percentiles))
     return only
 
 
@@ -164,7 +174,21 @@ def run_sweep(
     """Run every point of the scenario's sweep not yet complete in `db` (as `workbench run`
     does: complete points are skipped, their stored runs returned)."""
     scenario = _scenario(scenario, backend)
-    return Sweep(_execute(scenario, db, label, tuple(percentiles)))
+    return Sweep(_execute(scenario, db, label, _percentiles(percentiles)))
+
+
+def _percentiles(values: Sequence[float]) -> tuple[float, ...]:
+    """Latency percentiles besides the median, as the CLI's --percentiles takes them."""
+    numbers = isinstance(values, Sequence) and not isinstance(values, str)
+    if not numbers or not all(
+        isinstance(q, int | float) and not isinstance(q, bool) for q in values
+    ):
+        raise TypeError(f"percentiles: expected numbers like (90, 99), got {values!r}")
+    if not values or not all(0 < q < 100 for q in values):
+        raise ValueError(
+            f"percentiles: expected numbers strictly between 0 and 100, got {values!r}"
+        )
+    return tuple(float(q) for q in values)
 
 
 def _scenario(scenario: Scenario | str | Path, backend: str | None) -> Scenario:
@@ -221,13 +245,17 @@ class Results:
 
     def __init__(self, db: str | Path, *, must_exist: bool = True) -> None:
         """must_exist: refuse a path with no database (wb.run creates one instead)."""
+        if not isinstance(db, str | os.PathLike):
+            raise TypeError(f"db: expected a database path or ':memory:', got {db!r}")
         self.path = str(db)
+        self._closed = False
         # ":memory:" lives as long as its one connection: kept open here.
         self._memory = ResultsStore.open(MEMORY) if self.path == MEMORY else None
         if must_exist and self._memory is None and not Path(self.path).exists():
             raise WorkbenchError("no such results database", source=self.path)
 
     def close(self) -> None:
+        self._closed = True
         if self._memory is not None:
             self._memory.close()
 
@@ -264,7 +292,7 @@ class Results:
         """One row per run: who it is, its main configuration values and every summary key
         (the `run_summary` view; percentiles other than the stored ones are recomputed from
         the records, as `workbench summary --percentiles` does)."""
-        percentiles = tuple(percentiles)
+        percentiles = _percentiles(percentiles)
         with self.store() as store:
             ids = self._run_ids(store, run)
             stored = percentiles == DEFAULT_PERCENTILES and "run_summaries" in _tables(store)
@@ -306,8 +334,14 @@ class Results:
 
     def sql(self, query: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
         """Any SQL over the tables and views, as a DataFrame."""
+        if not isinstance(query, str):
+            raise TypeError(f"query: expected SQL text, got {query!r}")
         with self.store() as store:
-            return store.connection.sql(query, params=params).pl()
+            try:
+                return store.connection.sql(query, params=params).pl()
+            except duckdb.Error as error:  # DuckDB's own message, first line
+                message = str(error).splitlines()[0]
+                raise WorkbenchError(f"SQL: {message}", source=self.path) from None
 
     # ------------------------------------------------------------ helpers
 
@@ -315,11 +349,20 @@ class Results:
     def _run_ids(store: ResultsStore, run: Any) -> list[str] | None:
         if run is None:
             return None
-        selected = [run] if isinstance(run, str | int | Run) else list(run)  # int: digits
+        one = isinstance(run, str | int | Run) and not isinstance(run, bool)
+        selected = [run] if one else list(run) if isinstance(run, list | tuple) else None
+        if selected is None or not all(_is_run_id(item) for item in selected):
+            raise TypeError(
+                f"run: expected a run id or prefix, a Run, or a list of them, got {run!r}"
+            )
         return [
-            store.resolve_run_id(item.run_id if isinstance(item, Run) else str(item))
+            store.resolve_run_id(item.run_id if isinstance(item, Run) else str(item))  # int: digits
             for item in selected
         ]
+
+
+def _is_run_id(item: object) -> bool:
+    return isinstance(item, str | int | Run) and not isinstance(item, bool)
 
 
 class _StoreHandle:
@@ -329,14 +372,29 @@ class _StoreHandle:
         self._results = results
         self._write = write
         self._opened: ResultsStore | None = None
+        self._writing: AbstractContextManager[ResultsStore] | None = None
 
     def __enter__(self) -> ResultsStore:
+        if self._results._closed:
+            raise WorkbenchError(
+                "these results were closed: wb.open() again", source=self._results.path
+            )
         if self._results._memory is not None:
             return self._results._memory
-        self._opened = ResultsStore.open(self._results.path, read_only=not self._write)
+        if self._write:  # a database made here is removed again if nothing gets stored
+            self._writing = ResultsStore.writing(self._results.path)
+            return self._writing.__enter__()
+        self._opened = ResultsStore.open(self._results.path, read_only=True)
         return self._opened
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._writing is not None:
+            self._writing.__exit__(exc_type, exc, tb)
         if self._opened is not None:
             self._opened.close()
 

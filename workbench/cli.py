@@ -214,7 +214,9 @@ def _percentile_list(text: str) -> tuple[float, ...]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected numbers like 50,90,99, got {text!r}") from None
     if not values or any(not 0 < q < 100 for q in values):
-        raise argparse.ArgumentTypeError(f"expected percentiles between 0 and 100, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected percentiles strictly between 0 and 100, got {text!r}"
+        )
     return values
 
 
