@@ -163,3 +163,19 @@ def test_a_model_without_fork_tokens_is_refused_in_one_line(tmp_path) -> None:
     assert "no [Fork] nor [Child] token" in line and "apar-tiny" in line and "\n" not in line
     with pytest.raises(WorkbenchError, match="has none"):
         fork_tokens(tmp_path, AparDecoderConfig(kind="apar"))
+    assert error.value.field == "decoder.kind"  # the defaults missing: not an APAR model
+    custom = AparDecoderConfig(kind="apar", fork_token="[Nope]")
+    with pytest.raises(WorkbenchError) as error:
+        fork_tokens(folder, custom)
+    assert error.value.field == "decoder.fork_token"  # the user's own token named
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [({"child_token": "[Fork]"}, "expected two tokens"), ({"fork_token": ""}, "at least 1")],
+)
+def test_fork_and_child_tokens_are_two_tokens(tokens: dict, expected: str) -> None:
+    import pydantic
+
+    with pytest.raises(pydantic.ValidationError, match=expected):
+        AparDecoderConfig(kind="apar", **tokens)

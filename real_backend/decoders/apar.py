@@ -68,13 +68,15 @@ def fork_tokens(folder: Path, config: AparDecoderConfig) -> ForkTokens:
             field="decoder.fork_token",
         )
     ids = added_token_ids(path)
-    missing = [t for t in (config.fork_token, config.child_token) if t not in ids]
+    named = {"decoder.fork_token": config.fork_token, "decoder.child_token": config.child_token}
+    missing = {field: token for field, token in named.items() if token not in ids}
     if missing:
+        defaults = set(missing.values()) <= {"[Fork]", "[Child]"}  # not an APAR model at all
         raise WorkbenchError(
-            f"the model has no {' nor '.join(missing)} token: APAR needs a model tuned with "
-            f"fork and child tokens (e.g. `workbench zoo build apar-tiny`)",
+            f"the model has no {' nor '.join(missing.values())} token: APAR needs a model "
+            f"tuned with fork and child tokens (e.g. `workbench zoo build apar-tiny`)",
             source=str(path),
-            field="decoder.kind",
+            field="decoder.kind" if defaults else next(iter(missing)),
         )
     return ForkTokens(ids[config.fork_token], ids[config.child_token])
 

@@ -449,8 +449,12 @@ class AparDecoderConfig(SamplingConfig):
         description="Live branches of a request at most: no fork while it has this many (1: "
         "no fork at all, the sequential twin).",
     )
-    fork_token: str = Field(default="[Fork]", description="The fork token in the tokenizer.")
-    child_token: str = Field(default="[Child]", description="The child token in the tokenizer.")
+    fork_token: str = Field(
+        default="[Fork]", min_length=1, description="The fork token in the tokenizer."
+    )
+    child_token: str = Field(
+        default="[Child]", min_length=1, description="The child token in the tokenizer."
+    )
     trees: AparTreeModelConfig = Field(
         default_factory=AparTreeModelConfig,
         description="Simulator: request trees drawn from parameters (unless calibrate_from).",
@@ -466,6 +470,14 @@ class AparDecoderConfig(SamplingConfig):
         "max_branches does not bind); the simulator draws each branch's accepted tokens "
         "from `acceptance`.",
     )
+
+    @model_validator(mode="after")
+    def _two_tokens(self) -> AparDecoderConfig:
+        if self.fork_token == self.child_token:
+            raise ValueError(
+                f"fork_token and child_token are both {self.fork_token!r}: expected two tokens"
+            )
+        return self
 
     @property
     def forks(self) -> bool:
