@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from workbench.errors import WorkbenchError
 from workbench.records import OutputRecords
 
 
@@ -27,9 +28,21 @@ def output_records(outputs: dict[int, list[int]], folder: Path | None) -> Output
 
 def with_text(outputs: OutputRecords, folder: Path | None) -> OutputRecords:
     """`outputs` with every request's text decoded by the checkpoint's tokenizer."""
-    path = None if folder is None else folder / "tokenizer.json"
-    if path is None or not path.is_file():
+    tokenizer = output_tokenizer(folder)
+    if tokenizer is None:
         return outputs
-    tokenizer = Tokenizer.from_file(str(path))
     texts = [tokenizer.decode(tokens) for tokens in outputs.token_ids]
     return OutputRecords(outputs.request_id, outputs.token_ids, texts)
+
+
+def output_tokenizer(folder: Path | None) -> Tokenizer | None:
+    """The checkpoint's tokenizer that writes the answers' text (None without one); one that
+    cannot be read is a one-line error, which a real run checks before serving anything."""
+    path = None if folder is None else folder / "tokenizer.json"
+    if path is None or not path.is_file():
+        return None
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # the tokenizers library raises its own plain Exception
+        first = str(exc).splitlines()[0]
+        raise WorkbenchError(f"not a readable tokenizer ({first})", source=str(path)) from None

@@ -17,7 +17,7 @@ from real_backend.kv_cache import PagedKVCache
 from real_backend.model.config import ModelArgs
 from real_backend.model.loading import load_checkpoint
 from real_backend.model.transformer import Transformer
-from real_backend.outputs import output_records
+from real_backend.outputs import output_records, output_tokenizer
 from real_backend.preflight import check_real_scenario, checkpoint_folder
 from real_backend.prompts import request_prompts
 from workbench.errors import WorkbenchError
@@ -64,6 +64,7 @@ def serve_scenario(scenario: Scenario, progress=None, measure_steps: bool = Fals
     folder = checkpoint_folder(scenario)
     device = pick_device(scenario.hardware.gpu)
     # Everything that can refuse the configuration comes before any model runs.
+    output_tokenizer(folder)  # the answers' text is written with it after serving
     eos = eos_token_ids(folder)
     stops = stop_token_ids(folder, scenario.workload.stop_texts)
     if isinstance(scenario.decoder, AparDecoderConfig):

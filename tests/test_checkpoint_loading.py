@@ -190,3 +190,20 @@ def test_calibrating_a_damaged_checkpoint_stores_no_profile(single, tmp_path, ca
     fresh = tmp_path / "fresh.duckdb"
     assert main([*args, "--db", str(fresh)]) == 2
     assert not fresh.exists()
+
+
+def test_a_damaged_tokenizer_is_refused_before_serving(single, monkeypatch):
+    from pathlib import Path
+
+    import real_backend.serve as serve
+    from workbench.scenario.loader import load_scenario
+
+    (single / "tokenizer.json").write_text("garbage")
+    scenario = load_scenario(
+        Path(__file__).resolve().parent.parent / "scenarios" / "quickstart_real.yaml",
+        ["model.zoo=null", f"model.config_path={single}", "workload.num_requests=2"],
+    )
+    monkeypatch.setattr(serve, "load_checkpoint", lambda *a, **k: pytest.fail("served first"))
+    with pytest.raises(WorkbenchError, match="not a readable tokenizer") as exc:
+        serve.serve_scenario(scenario)
+    assert str(single / "tokenizer.json") in one_line(exc)
