@@ -524,3 +524,12 @@ def test_calibrate_refuses_its_csv_path_before_measuring(
     fails(capsys, [*args, str(tmp_path)], "--csv: a folder, not a file")
     fails(capsys, [*args, str(tmp_path / "no" / "p.csv")], "--csv: folder does not exist")
     assert not db.exists()  # refused before the model is looked for or anything stored
+
+
+def test_a_draft_tree_too_large_for_a_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = {"kind": "static", "branching": [64, 64, 64]}  # 266,304 nodes: a 66 GiB mask
+    decoder = {"kind": "speculative", "draft": {"name": "llama-3.2-1b"}, "tree": tree}
+    data = scenario(decoder=decoder)
+    validate_fails(tmp_path, capsys, data, "decoder", "266,304 tokens a step", "at most 1,024")

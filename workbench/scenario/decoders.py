@@ -87,6 +87,13 @@ AcceptanceModel = Annotated[
 ]
 
 
+# Drafted tokens one step verifies, at most: published trees have tens to a few hundred
+# nodes and chains a few tokens. A step holds a nodes x nodes visibility mask per sequence
+# (a million entries at this bound); a static tree of [64, 64, 64] (266,304 nodes) asked
+# for 66 GiB of it before this bound refused it.
+MAX_DRAFT_NODES = 1024
+
+
 class TreeConfig(StrictModel):
     """A token tree drafted per step: static branching per depth, or grown by confidence."""
 
@@ -99,7 +106,9 @@ class TreeConfig(StrictModel):
         min_length=1,
         description="static: children per node at each depth (its length is the depth).",
     )
-    max_nodes: int = Field(default=16, gt=0, description="dynamic: drafted nodes per step.")
+    max_nodes: int = Field(
+        default=16, gt=0, le=MAX_DRAFT_NODES, description="dynamic: drafted nodes per step."
+    )
     top_k: int = Field(default=4, gt=0, description="dynamic: candidates per expanded node.")
     max_depth: int = Field(default=6, gt=0, description="dynamic: deepest drafted level.")
 
@@ -173,6 +182,11 @@ class SpeculativeDecoderConfig(SamplingConfig):
             raise ValueError("token trees are verified greedily: set temperature to 0")
         if self.adaptive is not None and self.adaptive.min_tokens > self.num_speculative_tokens:
             raise ValueError("adaptive.min_tokens exceeds num_speculative_tokens")
+        if self.max_draft_tokens > MAX_DRAFT_NODES:
+            raise ValueError(
+                f"the draft verifies {self.max_draft_tokens:,} tokens a step: expected at most "
+                f"{MAX_DRAFT_NODES:,} (each sequence's step holds a nodes x nodes mask)"
+            )
         return self
 
     @property
