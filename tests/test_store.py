@@ -156,6 +156,22 @@ def test_a_database_that_cannot_be_made_says_so() -> None:
     assert "not a DuckDB file" not in str(caught.value)
 
 
+@pytest.mark.parametrize("dropped", ["VIEW run_summary", "TABLE requests"])
+def test_a_database_missing_a_part_is_refused_whole(tmp_path: Path, dropped: str) -> None:
+    path = tmp_path / "damaged.duckdb"
+    with ResultsStore.open(path):
+        pass
+    con = duckdb.connect(str(path))
+    if dropped == "TABLE requests":
+        con.execute("DROP VIEW run_summary")  # the views read the table: they go first
+        con.execute("DROP VIEW request_metrics")
+    con.execute(f"DROP {dropped}")
+    con.close()
+    with pytest.raises(WorkbenchError, match="a damaged results database: it lacks") as caught:
+        ResultsStore.open(path, read_only=True)
+    assert dropped.split()[1] in str(caught.value)
+
+
 def test_read_only_store_reads_and_refuses_writes(tmp_path: Path, records: RunRecords) -> None:
     path = tmp_path / "ro.duckdb"
     with ResultsStore.open(path) as store:

@@ -50,6 +50,7 @@ from workbench.store.schema import (
     PythonStep,
     create_statements,
     fill_config_columns_sql,
+    schema_objects,
 )
 from workbench.store.summaries import summarize_run, summary_row
 
@@ -541,6 +542,18 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection, label: str, read_only: bool) 
         )
     if found < SCHEMA_VERSION and not (read_only and found >= OLDEST_READABLE_VERSION):
         _migrate(con, label, found, read_only)
+    elif found == SCHEMA_VERSION:
+        _check_complete(tables, label)
+
+
+def _check_complete(tables: set[str], label: str) -> None:
+    """A current database has every table and view (information_schema lists both): one
+    someone dropped a part of is refused whole, not met later as a raw SQL error."""
+    missing = sorted(schema_objects() - tables)
+    if missing:
+        raise WorkbenchError(
+            f"a damaged results database: it lacks {', '.join(missing)}", source=label
+        )
 
 
 def _migrate(con: duckdb.DuckDBPyConnection, label: str, found: int, read_only: bool) -> None:

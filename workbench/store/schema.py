@@ -25,6 +25,7 @@ new table (an `outputs` or `profiles` table, say) is one more entry and a versio
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -365,6 +366,12 @@ def create_statements() -> list[str]:
         BRANCH_TABLE_DDL,
         OUTPUTS_TABLE_DDL,
     ]
+
+
+def schema_objects() -> set[str]:
+    """The tables and views a current database holds (named by `create_statements`)."""
+    pattern = re.compile(r"CREATE (?:TABLE|VIEW) (?:IF NOT EXISTS )?(\w+)")
+    return {m.group(1) for sql in create_statements() for m in pattern.finditer(sql)}
 
 
 def _runs_columns_v4() -> list[str]:
