@@ -533,3 +533,20 @@ def test_a_draft_tree_too_large_for_a_step(
     decoder = {"kind": "speculative", "draft": {"name": "llama-3.2-1b"}, "tree": tree}
     data = scenario(decoder=decoder)
     validate_fails(tmp_path, capsys, data, "decoder", "266,304 tokens a step", "at most 1,024")
+
+
+@pytest.mark.parametrize("name", ["   ", "a\nb", "", "ID-PREFIX"])
+def test_a_profile_name_scenarios_could_not_name_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    pytest.importorskip("torch")
+    from calibration_helpers import grid_works, points_of, profile, store_profile
+
+    db = tmp_path / "p.duckdb"
+    with ResultsStore.open(db) as store:
+        stored = store_profile(store, profile(), points_of(grid_works()[:3], [1e-3] * 3))
+    name = stored.profile_id[:6] if name == "ID-PREFIX" else name
+    args = ["calibrate", "--model", "no-such-folder", "--db", str(db), "--name", name]
+    fails(capsys, args, "--name: ")
+    with ResultsStore.open(db, read_only=True) as store:
+        assert [p.profile_id for p in store.profiles()] == [stored.profile_id]

@@ -399,6 +399,20 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_profile_name(name: str, store: Any) -> None:
+    """A profile name scenarios can name it by: one line, not blank, and not a prefix of
+    another profile's id (`cost_model.profile` takes a name first: it would shadow that id)."""
+    if not name.strip() or not name.isprintable():
+        raise WorkbenchError(f"expected a name on one line, got {name!r}", field="--name")
+    named = any(p.name == name for p in store.profiles())
+    shadowed = [p.profile_id for p in store.profiles() if p.profile_id.startswith(name)]
+    if shadowed and not named:
+        raise WorkbenchError(
+            f"{name!r} begins profile {shadowed[0]}'s id: a profile of that name would hide it",
+            field="--name",
+        )
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from workbench.store.db import ResultsStore
 
@@ -410,6 +424,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if args.csv:
         check_output_file(Path(args.csv), field="--csv")  # before minutes of measuring
     with ResultsStore.writing(args.db) as store:
+        if args.name is not None:
+            _check_profile_name(args.name, store)
         target = resolve_target(args.model, args.device, args.dtype, args.zoo_dir, args.kernels)
         bar = None if args.no_progress else _CalibrationBar()
         try:
