@@ -50,8 +50,9 @@ def test_each_probe_has_room_for_its_running_sequences(name: str) -> None:
 
 
 def test_an_unknown_grid_is_refused() -> None:
-    with pytest.raises(WorkbenchError, match="unknown calibration grid 'huge'"):
+    with pytest.raises(WorkbenchError, match="unknown calibration grid 'huge'") as caught:
         get_grid("huge", 2048)
+    assert caught.value.field == "--grid"
 
 
 def test_every_idle_probe_wakes_after_a_spell_of_decoding() -> None:

@@ -550,3 +550,11 @@ def test_a_profile_name_scenarios_could_not_name_is_refused(
     fails(capsys, args, "--name: ")
     with ResultsStore.open(db, read_only=True) as store:
         assert [p.profile_id for p in store.profiles()] == [stored.profile_id]
+
+
+def test_calibrate_names_model_for_an_unbuilt_zoo_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    args = ["calibrate", "--model", "tiny", "--zoo-dir", str(tmp_path / "empty")]
+    fails(capsys, [*args, "--db", str(tmp_path / "c.duckdb")], "--model: zoo model 'tiny'")

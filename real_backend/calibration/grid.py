@@ -223,7 +223,9 @@ def get_grid(name: str, context_tokens: int, forks: bool = False) -> Grid:
     """The named grid without the probes the model's context cannot hold, nor its fork
     probes unless the model `forks` (has APAR's fork and child tokens)."""
     if name not in GRIDS:
-        raise WorkbenchError(f"unknown calibration grid {name!r} (known: {', '.join(GRIDS)})")
+        raise WorkbenchError(
+            f"unknown calibration grid {name!r} (known: {', '.join(GRIDS)})", field="--grid"
+        )
     grid = GRIDS[name]
     kept = tuple(
         probe

@@ -69,7 +69,11 @@ def resolve_target(
 ) -> CalibrationTarget:
     """The checkpoint of `model` (a zoo name or a checkpoint folder), checked for the device."""
     if model in SPECS:
-        folder = resolve_zoo_model(model, "target", Path(zoo_dir).expanduser() if zoo_dir else None)
+        cache = Path(zoo_dir).expanduser() if zoo_dir else None
+        try:
+            folder = resolve_zoo_model(model, "target", cache)
+        except WorkbenchError as error:
+            raise WorkbenchError(error.detail, field="--model") from None
     else:
         folder = Path(model).expanduser()
         if folder.is_file() and folder.name == "config.json":
