@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 from workbench.records import OutputRecords
 
 
@@ -44,5 +44,6 @@ def output_tokenizer(folder: Path | None) -> Tokenizer | None:
     try:
         return Tokenizer.from_file(str(path))
     except Exception as exc:  # the tokenizers library raises its own plain Exception
-        first = str(exc).splitlines()[0]
-        raise WorkbenchError(f"not a readable tokenizer ({first})", source=str(path)) from None
+        raise WorkbenchError(
+            f"not a readable tokenizer ({first_line(exc)})", source=str(path)
+        ) from None

@@ -161,9 +161,9 @@ def test_a_model_without_fork_tokens_is_refused_in_one_line(tmp_path) -> None:
         fork_tokens(folder, AparDecoderConfig(kind="apar"))
     line = error.value.one_line()
     assert "no [Fork] nor [Child] token" in line and "apar-tiny" in line and "\n" not in line
+    assert error.value.field == "decoder.kind"  # the defaults missing: not an APAR model
     with pytest.raises(WorkbenchError, match="has none"):
         fork_tokens(tmp_path, AparDecoderConfig(kind="apar"))
-    assert error.value.field == "decoder.kind"  # the defaults missing: not an APAR model
     custom = AparDecoderConfig(kind="apar", fork_token="[Nope]")
     with pytest.raises(WorkbenchError) as error:
         fork_tokens(folder, custom)

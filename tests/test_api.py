@@ -118,7 +118,8 @@ def test_bad_inputs_are_clear_errors(tmp_path: Path) -> None:
         (lambda r: r.summary(run=True), TypeError, "run: expected"),
         (lambda r: r.summary(percentiles=("50",)), TypeError, "percentiles: expected numbers"),
         (lambda r: r.summary(percentiles=50), TypeError, "percentiles: expected numbers"),
-        (lambda r: r.summary(percentiles=(0,)), ValueError, "strictly between 0 and 100"),
+        (lambda r: r.summary(percentiles=(101,)), ValueError, "expected numbers from 0 to 100"),
+        (lambda r: r.summary(percentiles=(-1,)), ValueError, "expected numbers from 0 to 100"),
         (lambda r: r.sql("SELEC 1"), WorkbenchError, "SQL: Parser Error"),
         (lambda r: r.sql(None), TypeError, "query: expected SQL text"),
     ],
@@ -129,14 +130,33 @@ def test_wrong_arguments_name_themselves(call, error: type, expected: str) -> No
     assert "\n" not in str(caught.value)
 
 
-def test_wrong_scenario_and_database_arguments(tmp_path: Path) -> None:
+def test_arrays_and_series_are_taken_as_lists(tmp_path: Path) -> None:
+    """What a notebook holds: percentiles as a NumPy array, run ids as a polars column."""
+    import numpy as np
+
+    db = tmp_path / "a.duckdb"
+    with ResultsStore.open(db) as store:
+        store.write_run(make_meta("abc123"), synthetic_records(50, 100, 100, seed=2))
+    results = wb.open(db)
+    ids = results.runs()["run_id"]  # a polars Series
+    summary = results.summary(run=ids, percentiles=np.array([90, 99.5]))
+    assert "p99.5_ttft_ms" in summary.columns and summary["run_id"].to_list() == ["abc123"]
+    assert results.requests(run=("abc",)).height == 50
+    least_most = results.summary(run="abc", percentiles=(0, 100))  # the least and the most
+    assert least_most["p0_ttft_ms"][0] <= least_most["p100_ttft_ms"][0]
+
+
+def test_wrong_scenario_and_database_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where a database named "None" used to appear
     with pytest.raises(TypeError, match="overrides: expected a mapping"):
         wb.load_scenario(QUICKSTART, "seed=3")  # one string, not a list of them
     with pytest.raises(TypeError, match="path: expected"):
         wb.load_scenario(None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="db: expected a database path"):
         wb.run(wb.load_scenario(QUICKSTART, SMALL), db=None)  # type: ignore[arg-type]
-    assert not (Path.cwd() / "None").exists()
+    assert not (tmp_path / "None").exists()
     results = wb.open(":memory:")
     results.close()
     with pytest.raises(WorkbenchError, match="were closed"):

@@ -535,7 +535,7 @@ def test_a_draft_tree_too_large_for_a_step(
     validate_fails(tmp_path, capsys, data, "decoder", "266,304 tokens a step", "at most 1,024")
 
 
-@pytest.mark.parametrize("name", ["   ", "a\nb", "", "ID-PREFIX"])
+@pytest.mark.parametrize("name", ["   ", "a\nb", "", "x ", "ID-PREFIX"])
 def test_a_profile_name_scenarios_could_not_name_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
 ) -> None:
@@ -558,3 +558,9 @@ def test_calibrate_names_model_for_an_unbuilt_zoo_model(
     pytest.importorskip("torch")
     args = ["calibrate", "--model", "tiny", "--zoo-dir", str(tmp_path / "empty")]
     fails(capsys, [*args, "--db", str(tmp_path / "c.duckdb")], "--model: zoo model 'tiny'")
+
+
+def test_a_lookahead_step_too_large(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    decoder = {"kind": "lookahead", "window": 200, "ngram": 50, "candidates": 5}
+    data = scenario(decoder=decoder)  # 200 x 49 + 5 x 49 = 10,045 tokens a sequence a step
+    validate_fails(tmp_path, capsys, data, "decoder", "10,045 tokens a sequence")

@@ -19,8 +19,9 @@ one private in-memory database open in the `Results` object.
 from __future__ import annotations
 
 import json
+import numbers
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 from workbench.metrics import DEFAULT_PERCENTILES, SummaryValue
 from workbench.scenario.loader import apply_override, read_yaml, set_dotted, validate_scenario
 from workbench.scenario.scenario import Scenario
@@ -62,7 +63,7 @@ def load_scenario(
         raise TypeError(f"path: expected a scenario file's path, got {path!r}")
     path = Path(path)
     data = read_yaml(path)
-    if isinstance(overrides, str) or not isinstance(overrides, Mapping | Sequence | None):
+    if isinstance(overrides, str | bytes) or not isinstance(overrides, Iterable | None):
         raise TypeError(
             f"overrides: expected a mapping or a list of 'dotted.path=value', got {overrides!r}"
         )
@@ -177,18 +178,21 @@ def run_sweep(
     return Sweep(_execute(scenario, db, label, _percentiles(percentiles)))
 
 
-def _percentiles(values: Sequence[float]) -> tuple[float, ...]:
-    """Latency percentiles besides the median, as the CLI's --percentiles takes them."""
-    numbers = isinstance(values, Sequence) and not isinstance(values, str)
-    if not numbers or not all(
-        isinstance(q, int | float) and not isinstance(q, bool) for q in values
-    ):
+def _percentiles(values: Iterable[float]) -> tuple[float, ...]:
+    """Latency percentiles besides the median, as the CLI's --percentiles takes them (any
+    iterable of real numbers: a tuple, a list, a NumPy array)."""
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
         raise TypeError(f"percentiles: expected numbers like (90, 99), got {values!r}")
-    if not values or not all(0 < q < 100 for q in values):
-        raise ValueError(
-            f"percentiles: expected numbers strictly between 0 and 100, got {values!r}"
-        )
-    return tuple(float(q) for q in values)
+    listed = list(values)
+    if not all(_is_real(q) for q in listed):
+        raise TypeError(f"percentiles: expected numbers like (90, 99), got {values!r}")
+    if not all(0 <= q <= 100 for q in listed):  # p0 and p100: the least and the most
+        raise ValueError(f"percentiles: expected numbers from 0 to 100, got {values!r}")
+    return tuple(float(q) for q in listed)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _scenario(scenario: Scenario | str | Path, backend: str | None) -> Scenario:
@@ -255,8 +259,10 @@ class Results:
             raise WorkbenchError("no such results database", source=self.path)
 
     def close(self) -> None:
-        self._closed = True
+        """Close the kept in-memory database (its contents go with it); a file's `Results`
+        opens the file per call, so it stays usable."""
         if self._memory is not None:
+            self._closed = True
             self._memory.close()
 
     def __enter__(self) -> Results:
@@ -340,8 +346,7 @@ class Results:
             try:
                 return store.connection.sql(query, params=params).pl()
             except duckdb.Error as error:  # DuckDB's own message, first line
-                message = str(error).splitlines()[0]
-                raise WorkbenchError(f"SQL: {message}", source=self.path) from None
+                raise WorkbenchError(f"SQL: {first_line(error)}", source=self.path) from None
 
     # ------------------------------------------------------------ helpers
 
@@ -349,9 +354,9 @@ class Results:
     def _run_ids(store: ResultsStore, run: Any) -> list[str] | None:
         if run is None:
             return None
-        one = isinstance(run, str | int | Run) and not isinstance(run, bool)
-        selected = [run] if one else list(run) if isinstance(run, list | tuple) else None
-        if selected is None or not all(_is_run_id(item) for item in selected):
+        many = isinstance(run, Iterable) and not isinstance(run, str | bytes)
+        selected = list(run) if many else [run]  # a list, tuple, set, Series of ids
+        if not all(_is_run_id(item) for item in selected):
             raise TypeError(
                 f"run: expected a run id or prefix, a Run, or a list of them, got {run!r}"
             )
@@ -362,7 +367,8 @@ class Results:
 
 
 def _is_run_id(item: object) -> bool:
-    return isinstance(item, str | int | Run) and not isinstance(item, bool)
+    """A run id or prefix (text, or an all-digit id a notebook passed as a number), or a Run."""
+    return isinstance(item, str | numbers.Integral | Run) and not isinstance(item, bool)
 
 
 class _StoreHandle:

@@ -19,6 +19,7 @@ from workbench.errors import WorkbenchError, check_output_file, needs_real_extra
 
 if TYPE_CHECKING:
     from simulator.cost_models.calibrated import CalibratedCostModel
+    from workbench.store.db import ResultsStore
     from workbench.store.profiles import ProfilePoint
 
 DEFAULT_DB = "workbench.duckdb"
@@ -213,10 +214,8 @@ def _percentile_list(text: str) -> tuple[float, ...]:
         values = tuple(float(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected numbers like 50,90,99, got {text!r}") from None
-    if not values or any(not 0 < q < 100 for q in values):
-        raise argparse.ArgumentTypeError(
-            f"expected percentiles strictly between 0 and 100, got {text!r}"
-        )
+    if not values or any(not 0 <= q <= 100 for q in values):  # p0, p100: least, most
+        raise argparse.ArgumentTypeError(f"expected percentiles from 0 to 100, got {text!r}")
     return values
 
 
@@ -399,14 +398,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_profile_name(name: str, store: Any) -> None:
-    """A profile name scenarios can name it by: one line, not blank, and not a prefix of
-    another profile's id (`cost_model.profile` takes a name first: it would shadow that id)."""
-    if not name.strip() or not name.isprintable():
-        raise WorkbenchError(f"expected a name on one line, got {name!r}", field="--name")
-    named = any(p.name == name for p in store.profiles())
-    shadowed = [p.profile_id for p in store.profiles() if p.profile_id.startswith(name)]
-    if shadowed and not named:
+def _check_profile_name(name: str, store: ResultsStore) -> None:
+    """A profile name scenarios can name it by: one line, no spaces around it, and not the
+    one prefix of another profile's id (`cost_model.profile` takes a name first: it would
+    hide that id)."""
+    if not name.strip() or not name.isprintable() or name != name.strip():
+        expected = "a name on one line, without spaces around it"
+        raise WorkbenchError(f"expected {expected}, got {name!r}", field="--name")
+    profiles = store.profiles()
+    named = any(p.name == name for p in profiles)
+    shadowed = [p.profile_id for p in profiles if p.profile_id.startswith(name)]
+    if len(shadowed) == 1 and not named:
         raise WorkbenchError(
             f"{name!r} begins profile {shadowed[0]}'s id: a profile of that name would hide it",
             field="--name",

@@ -67,3 +67,8 @@ def check_output_file(path: Path, field: str | None = None) -> Path:
     if not path.parent.is_dir():
         raise WorkbenchError("folder does not exist", source=str(path.parent), field=field)
     return path
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (its type's name when it has none)."""
+    return (str(error).splitlines() or [type(error).__name__])[0]

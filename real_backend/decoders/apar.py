@@ -71,12 +71,14 @@ def fork_tokens(folder: Path, config: AparDecoderConfig) -> ForkTokens:
     named = {"decoder.fork_token": config.fork_token, "decoder.child_token": config.child_token}
     missing = {field: token for field, token in named.items() if token not in ids}
     if missing:
-        defaults = set(missing.values()) <= {"[Fork]", "[Child]"}  # not an APAR model at all
+        fields = AparDecoderConfig.model_fields
+        defaults = {fields["fork_token"].default, fields["child_token"].default}
+        untuned = set(missing.values()) <= defaults  # not an APAR model at all
         raise WorkbenchError(
             f"the model has no {' nor '.join(missing.values())} token: APAR needs a model "
             f"tuned with fork and child tokens (e.g. `workbench zoo build apar-tiny`)",
             source=str(path),
-            field="decoder.kind" if defaults else next(iter(missing)),
+            field="decoder.kind" if untuned else next(iter(missing)),
         )
     return ForkTokens(ids[config.fork_token], ids[config.child_token])
 

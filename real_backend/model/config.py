@@ -61,8 +61,11 @@ class ModelArgs:
                 raise WorkbenchError(f"missing key {key!r}", source=source, field=key)
             return _positive(cfg[key], key, source)
 
+        def optional(key: str) -> int | None:  # absent or null: the caller's default
+            return None if cfg.get(key) is None else _positive(cfg[key], key, source)
+
         dim, n_heads = int(need("hidden_size")), int(need("num_attention_heads"))
-        head_dim = cfg.get("head_dim") or dim // n_heads
+        head_dim = optional("head_dim") or dim // n_heads
         hidden_act = cfg.get("hidden_act", "silu")
         if hidden_act != "silu":
             raise WorkbenchError(
@@ -81,7 +84,7 @@ class ModelArgs:
             dim=dim,
             n_layers=int(need("num_hidden_layers")),
             n_heads=n_heads,
-            n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
+            n_kv_heads=optional("num_key_value_heads") or n_heads,
             head_dim=int(head_dim),
             intermediate_size=int(need("intermediate_size")),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
@@ -92,7 +95,7 @@ class ModelArgs:
             o_bias=False if is_qwen2 else attention_bias,
             mlp_bias=bool(cfg.get("mlp_bias", False)),
             sliding_window=int(sliding) if sliding else None,
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+            max_position_embeddings=optional("max_position_embeddings") or 2048,
             architecture=arch,
         )
 
@@ -148,7 +151,8 @@ def _rope(cfg: dict[str, Any], source: str | None) -> tuple[float, dict[str, Any
 def _positive(value: Any, key: str, source: str | None) -> int:
     """A size (layers, heads, widths, vocabulary): a whole number above 0."""
     number = isinstance(value, int | float) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or value < 1 or value != int(value):
+    finite = number and (isinstance(value, int) or math.isfinite(value))
+    if not finite or value < 1 or value != int(value):
         message = f"expected a positive integer, got {value!r}"
         raise WorkbenchError(message, source=source, field=key)
     return int(value)

@@ -244,6 +244,15 @@ class LookaheadDecoderConfig(StrictModel):
         """Tokens beyond the last emitted one a step writes to the cache."""
         return self.step_tokens - 1
 
+    @model_validator(mode="after")
+    def _a_step_that_fits(self) -> LookaheadDecoderConfig:
+        if self.max_draft_tokens > MAX_DRAFT_NODES:
+            raise ValueError(
+                f"a step feeds {self.step_tokens:,} tokens a sequence: expected at most "
+                f"{MAX_DRAFT_NODES + 1:,} (window x (ngram - 1) + candidates x (ngram - 1))"
+            )
+        return self
+
 
 class EmulatedLinkConfig(StrictModel):
     """A slower interconnect emulated on one machine: each message between two pipeline

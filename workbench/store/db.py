@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from workbench.apar_records import BranchRecords
-from workbench.errors import WorkbenchError, check_output_file
+from workbench.errors import WorkbenchError, check_output_file, first_line
 from workbench.metrics import DEFAULT_PERCENTILES, SummaryValue
 from workbench.records import (
     EmissionSpans,
@@ -473,8 +473,9 @@ def _write_file(con: duckdb.DuckDBPyConnection, sql: str, out: Path, kind: str) 
     try:
         con.execute(sql)
     except duckdb.IOException as error:  # a read-only folder, a special file
-        first = str(error).splitlines()[0]
-        raise WorkbenchError(f"could not write the {kind} file: {first}", source=str(out)) from None
+        raise WorkbenchError(
+            f"could not write the {kind} file: {first_line(error)}", source=str(out)
+        ) from None
 
 
 def _connect(label: str, read_only: bool) -> duckdb.DuckDBPyConnection:
@@ -499,7 +500,7 @@ def _connect(label: str, read_only: bool) -> duckdb.DuckDBPyConnection:
         if isinstance(error, duckdb.IOException) and _unwritable(message):
             purpose = "reading" if read_only else "writing"
             raise WorkbenchError(
-                f"cannot open the database for {purpose}: {message.splitlines()[0]}", source=label
+                f"cannot open the database for {purpose}: {first_line(error)}", source=label
             ) from error
         raise WorkbenchError(
             f"{_NOT_OURS} (not a DuckDB file, or corrupt): {message}", source=label
