@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import numbers
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -279,9 +279,23 @@ class Results:
     def __repr__(self) -> str:
         return f"Results({self.path!r})"
 
-    def store(self, *, write: bool = False) -> _StoreHandle:
-        """The database as a `ResultsStore`, for a `with` block."""
-        return _StoreHandle(self, write)
+    @contextmanager
+    def store(self, *, write: bool = False) -> Iterator[ResultsStore]:
+        """The database as a `ResultsStore`, for a `with` block: the kept in-memory store,
+        or the file opened now (for writing, one made here is removed again if nothing gets
+        stored: `ResultsStore.writing`)."""
+        if self._closed:
+            raise WorkbenchError("these results were closed: wb.open() again", source=self.path)
+        if self._memory is not None:
+            yield self._memory
+            return
+        opened = (
+            ResultsStore.writing(self.path)
+            if write
+            else ResultsStore.open(self.path, read_only=True)
+        )
+        with opened as store:
+            yield store
 
     # ------------------------------------------------------------ tables
 
@@ -369,40 +383,6 @@ class Results:
 def _is_run_id(item: object) -> bool:
     """A run id or prefix (text, or an all-digit id a notebook passed as a number), or a Run."""
     return isinstance(item, str | numbers.Integral | Run) and not isinstance(item, bool)
-
-
-class _StoreHandle:
-    """`with results.store() as store`: the kept in-memory store, or the file opened now."""
-
-    def __init__(self, results: Results, write: bool) -> None:
-        self._results = results
-        self._write = write
-        self._opened: ResultsStore | None = None
-        self._writing: AbstractContextManager[ResultsStore] | None = None
-
-    def __enter__(self) -> ResultsStore:
-        if self._results._closed:
-            raise WorkbenchError(
-                "these results were closed: wb.open() again", source=self._results.path
-            )
-        if self._results._memory is not None:
-            return self._results._memory
-        if self._write:  # a database made here is removed again if nothing gets stored
-            self._writing = ResultsStore.writing(self._results.path)
-            return self._writing.__enter__()
-        self._opened = ResultsStore.open(self._results.path, read_only=True)
-        return self._opened
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._writing is not None:
-            self._writing.__exit__(exc_type, exc, tb)
-        if self._opened is not None:
-            self._opened.close()
 
 
 def _tables(store: ResultsStore) -> set[str]:
