@@ -6,7 +6,8 @@ import functools
 import importlib.metadata
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
@@ -88,13 +89,11 @@ def run_scenario(
             summary = store.run_summary(earlier[-1], percentiles)
             outcome = RunOutcome(earlier[-1], point, summary, skipped=True, label=label)
         else:
-            try:
+            with _naming_point(source, point):
                 outcome = run_point(
                     point, store, progress=progress, label=label, percentiles=percentiles,
                     position=(index, len(points)),
                 )  # fmt: skip
-            except WorkbenchError as error:
-                raise error.with_source(point_source(source, point.values)) from None
             outcome.earlier_runs = list(earlier)
         outcome.index, outcome.total = index, len(points)
         outcomes.append(outcome)
@@ -103,15 +102,22 @@ def run_scenario(
     return outcomes
 
 
+@contextmanager
+def _naming_point(source: str, point: SweepPoint) -> Iterator[None]:
+    """A refusal inside names the scenario file and the sweep point it came from."""
+    try:
+        yield
+    except WorkbenchError as error:
+        raise error.with_source(point_source(source, point.values)) from None
+
+
 def preflight(points: list[SweepPoint], *, source: str, store: ResultsStore | None) -> None:
     """Every refusal `run` would give for these points, without running them: the model,
     hardware, memory and feasibility checks of the simulator; for the real backend, the
     model's folder and the workload."""
     for point in points:
-        try:
+        with _naming_point(source, point):
             _preflight_point(point.scenario, store)
-        except WorkbenchError as error:
-            raise error.with_source(point_source(source, point.values)) from None
 
 
 def _preflight_point(scenario: Scenario, store: ResultsStore | None) -> None:
@@ -240,10 +246,8 @@ def run_twins(
             run_point, store=store, progress=progress, label=label, percentiles=percentiles,
             position=(index, len(points)),
         )  # fmt: skip
-        try:
+        with _naming_point(source, point):
             outcome = _run_twin(point, store, profile, run, speed_matched, twin_draws)
-        except WorkbenchError as error:
-            raise error.with_source(point_source(source, point.values)) from None
         for each in (outcome.real, outcome.sim, outcome.speed_matched):
             if each is not None:
                 each.index, each.total = index, len(points)
@@ -259,12 +263,10 @@ def _preflight_twins(
     """What each point's pair would refuse (the real run's checks, the twin's profile and
     prepare), before any pair runs."""
     for point in points:
-        try:
+        with _naming_point(source, point):
             real, sim = twin_scenarios(point.scenario, store, profile)
             _preflight_point(real, store)
             _preflight_point(sim, store)
-        except WorkbenchError as error:
-            raise error.with_source(point_source(source, point.values)) from None
 
 
 def _run_twin(
