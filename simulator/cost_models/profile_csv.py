@@ -26,24 +26,19 @@ class ProfileTable:
     def numbers(self, name: str) -> np.ndarray:
         """The column as floats, an empty cell NaN; anything but a finite number >= 0 (token
         counts, sizes, kernel times) is refused with its row."""
-        values = np.full(len(self.columns[name]), np.nan)
-        for row, text in enumerate(self.columns[name]):
-            if text:
-                values[row] = self._number(name, row, text)
-        return values
-
-    def _number(self, name: str, row: int, text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = np.nan
-        if not np.isfinite(value) or value < 0:
+        texts = self.columns[name]
+        values = np.array([_float_or_nan(v) if v else np.nan for v in texts])  # (n,)
+        given = np.array([v != "" for v in texts], dtype=bool)  # (n,)
+        bad = given & ~(np.isfinite(values) & (values >= 0))  # "x", "nan", "-1", "inf"
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
             raise WorkbenchError(
-                f"column {name}, data row {row + 1}: expected a finite number >= 0, got {text!r}",
+                f"column {name}, data row {row + 1}: expected a finite number >= 0, "
+                f"got {texts[row]!r}",
                 source=self.source,
                 field=self.field,
             )
-        return value
+        return values
 
     def keep(self, mask: np.ndarray) -> ProfileTable:
         picked = {
@@ -116,3 +111,10 @@ def op_column(table: ProfileTable, name: str) -> np.ndarray:
     if name not in table.columns:
         return np.zeros(len(table))
     return np.nan_to_num(table.numbers(name), nan=0.0)
+
+
+def _float_or_nan(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return float("nan")
